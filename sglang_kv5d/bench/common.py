@@ -1,0 +1,132 @@
+"""Timing helpers shared by the benchmarks. Needs torch and a GPU (CUDA or ROCm).
+
+Every timing is a median over CUDA-graph replays: the callable is captured once
+into a graph holding ``inner`` back-to-back calls, the graph is replayed
+``reps`` times between CUDA events, and the per-call time is the median replay
+time divided by ``inner``. This removes Python and launch overhead the same way
+for every contender, so ratios between them are fair.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Callable, Optional
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def graph_replay_median_us(
+    fn: Callable[[], object],
+    *,
+    inner: int = 10,
+    reps: int = 20,
+    warmup: int = 3,
+    stream=None,
+) -> float:
+    """Median microseconds per call of ``fn`` under CUDA-graph replay.
+
+    ``fn`` must be capturable (no host syncs, no allocations that change size).
+    Falls back to plain CUDA-event timing of eager calls when capture fails
+    (and says so through the returned value being measured eagerly; callers
+    that need to know use :func:`eager_median_us` explicitly).
+    """
+    torch = _torch()
+    s = stream or torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        for _ in range(inner):
+            fn()
+    torch.cuda.synchronize()
+    graph.replay()  # warm the graph
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / inner)
+    del graph
+    return statistics.median(times)
+
+
+def eager_median_us(fn: Callable[[], object], *, reps: int = 20, warmup: int = 3) -> float:
+    """Median microseconds per eager call, timed with CUDA events."""
+    torch = _torch()
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    return statistics.median(times)
+
+
+def copy_bandwidth_bytes_per_s(device=None, nbytes: int = 1 << 30) -> float:
+    """Measured device-to-device copy bandwidth (bytes read + bytes written per second).
+
+    The byte floor of a kernel is (bytes it must read + bytes it must write)
+    divided by this number.
+    """
+    torch = _torch()
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device or "cuda")
+    dst = torch.empty_like(src)
+    us = graph_replay_median_us(lambda: dst.copy_(src), inner=5, reps=15)
+    return 2.0 * nbytes / (us * 1e-6)
+
+
+def device_description(device=None) -> dict:
+    """GPU name, driver / runtime, torch and triton versions, for benchmark records."""
+    import platform
+
+    torch = _torch()
+    info = {"python": platform.python_version(), "torch": torch.__version__}
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except Exception as exc:  # pragma: no cover - reported, not fatal
+        info["triton"] = f"unavailable ({exc})"
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(device or 0)
+        info["gpu"] = props.name
+        info["sm_count"] = props.multi_processor_count
+        info["cuda_runtime"] = getattr(torch.version, "cuda", None)
+        info["hip_runtime"] = getattr(torch.version, "hip", None)
+        arch: Optional[str] = getattr(props, "gcnArchName", None)
+        if arch:
+            info["arch"] = arch
+        else:
+            info["arch"] = f"sm_{props.major}{props.minor}"
+        try:
+            import subprocess
+
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+            if out.returncode == 0:
+                info["driver"] = out.stdout.strip().splitlines()[0]
+        except Exception:
+            pass
+    return info
