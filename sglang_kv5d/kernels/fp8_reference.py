@@ -1,0 +1,168 @@
+"""Pure-torch references for the fused FP8 KV write (``fp8_write.write_kv_fp8``).
+
+Two quantizers of the stated semantics, ``saturate(x / scale)`` rounded to the
+nearest FP8 value (ties to even):
+
+* :func:`quantize_fp8_f64` computes the quotient in float64 and rounds it onto the
+  FP8 grid in float64 (one rounding, from the exact-ish quotient). This is the
+  semantic reference; the kernel, which divides in fp32 first, may land one FP8
+  step away on a tiny share of inputs (fp32 quotient exactly on an FP8 midpoint).
+* :func:`quantize_fp8_fp32` divides in fp32 and lets torch's own ``.to(fp8)``
+  round, after the clamp. The kernel is bit-identical to this one.
+
+:func:`reference_write_kv_fp8` applies either quantizer and scatters the bytes
+into copies of the caches (NHD or SHUFFLE 5D), without touching the inputs.
+No triton here.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple, Union
+
+import torch
+
+__all__ = [
+    "FP8_MAX",
+    "fp8_values",
+    "quantize_fp8_f64",
+    "quantize_fp8_fp32",
+    "reference_write_kv_fp8",
+    "scale_as_float32",
+    "fp8_step_distance",
+]
+
+FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e4m3fnuz: 240.0}
+_BIAS = {torch.float8_e4m3fn: 7, torch.float8_e4m3fnuz: 8}
+_MANTISSA_BITS = 3
+X_FP8 = 16
+
+
+def scale_as_float32(scale: Union[float, torch.Tensor]) -> float:
+    """The scale the kernel divides by: the float32 value of a float or a tensor."""
+    if isinstance(scale, torch.Tensor):
+        return float(scale.detach().reshape(()).to("cpu", torch.float32))
+    return float(torch.tensor(float(scale), dtype=torch.float32))
+
+
+def fp8_values(fp8_dtype: torch.dtype) -> torch.Tensor:
+    """float64 value of each of the 256 codes (NaN where the code is NaN)."""
+    return torch.arange(256, dtype=torch.int32).to(torch.uint8).view(fp8_dtype).to(torch.float64)
+
+
+def _positive_table(fp8_dtype: torch.dtype) -> torch.Tensor:
+    """Values of codes 0 .. max_code (non-negative, strictly increasing)."""
+    vals = fp8_values(fp8_dtype)[:128]
+    finite = torch.isfinite(vals)
+    last = int(finite.nonzero().max())
+    return vals[: last + 1]
+
+
+def _round_to_grid_f64(m: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
+    """Round non-negative float64 magnitudes (<= max) to the FP8 grid, ties to even."""
+    bias = _BIAS[fp8_dtype]
+    _, e = torch.frexp(m)  # m = mant * 2**e, mant in [0.5, 1)
+    exp = torch.clamp(e.to(torch.float64) - 1.0, min=float(1 - bias))
+    quantum = torch.pow(2.0, exp - _MANTISSA_BITS)
+    return torch.round(m / quantum) * quantum  # exact scaling; round() is half-to-even
+
+
+def _encode(q_sign_negative: torch.Tensor, rounded: torch.Tensor, nan: torch.Tensor,
+            fp8_dtype: torch.dtype) -> torch.Tensor:
+    table = _positive_table(fp8_dtype)
+    mag = torch.searchsorted(table, rounded.contiguous())
+    exact = table[mag.clamp(max=table.numel() - 1)] == rounded
+    assert bool(exact[~nan].all()), "value not on the FP8 grid"
+    code = mag.to(torch.int32)
+    if fp8_dtype == torch.float8_e4m3fnuz:
+        code = torch.where(q_sign_negative & (code != 0), code | 0x80, code)
+        code = torch.where(nan, torch.full_like(code, 0x80), code)
+    else:
+        code = torch.where(q_sign_negative, code | 0x80, code)
+        code = torch.where(nan, torch.full_like(code, 0x7F) | (code & 0x80), code)
+    return code.to(torch.uint8)
+
+
+def quantize_fp8_f64(x: torch.Tensor, scale: Union[float, torch.Tensor],
+                     fp8_dtype: torch.dtype) -> torch.Tensor:
+    """uint8 codes of ``saturate(x / scale)`` computed in float64, rounded once."""
+    s = scale_as_float32(scale)
+    q = x.detach().to("cpu", torch.float64) / s
+    nan = torch.isnan(q)
+    neg = torch.signbit(q)
+    m = torch.clamp(q.abs(), max=FP8_MAX[fp8_dtype])
+    m = torch.where(nan, torch.zeros_like(m), m)
+    return _encode(neg, _round_to_grid_f64(m, fp8_dtype), nan, fp8_dtype)
+
+
+def quantize_fp8_fp32(x: torch.Tensor, scale: Union[float, torch.Tensor],
+                      fp8_dtype: torch.dtype) -> torch.Tensor:
+    """uint8 codes of ``clamp(x.float() / scale, -max, max).to(fp8)`` (torch's rounding)."""
+    s = torch.tensor(scale_as_float32(scale), dtype=torch.float32)
+    q = x.detach().to("cpu", torch.float32) / s
+    fmax = FP8_MAX[fp8_dtype]
+    q = torch.clamp(q, -fmax, fmax)
+    return q.to(fp8_dtype).view(torch.uint8)
+
+
+def fp8_step_distance(a: torch.Tensor, b: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
+    """How many FP8 grid steps apart two uint8 code tensors are (sign-aware; NaN -> 0 if both NaN)."""
+    table = _positive_table(fp8_dtype)
+    n = table.numel()
+
+    def ordinal(c):
+        c = c.to(torch.int64)
+        mag = c & 0x7F
+        neg = (c & 0x80) != 0
+        if fp8_dtype == torch.float8_e4m3fnuz:
+            mag = torch.where(c == 0x80, torch.full_like(mag, n), mag)
+            neg = neg & (c != 0x80)
+        return torch.where(neg, -mag, mag)
+
+    return (ordinal(a) - ordinal(b)).abs()
+
+
+def _n_slots(cache: torch.Tensor) -> int:
+    if cache.dim() == 3:
+        return cache.shape[0]
+    return cache.shape[0] * cache.shape[3]
+
+
+def reference_write_kv_fp8(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    loc: torch.Tensor,
+    k_scale: Union[float, torch.Tensor],
+    v_scale: Union[float, torch.Tensor],
+    *,
+    fp8_dtype: Optional[torch.dtype] = None,
+    mode: str = "f64",
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Expected cache bytes after the write, as new CPU uint8 tensors.
+
+    ``mode="f64"`` uses :func:`quantize_fp8_f64`, ``mode="fp32"`` uses
+    :func:`quantize_fp8_fp32`. Slots < 0 (and >= the cache size) are skipped.
+    """
+    if fp8_dtype is None:
+        fp8_dtype = k_cache.dtype
+    quant = {"f64": quantize_fp8_f64, "fp32": quantize_fp8_fp32}[mode]
+    kc = k_cache.detach().to("cpu").view(torch.uint8).clone()
+    vc = v_cache.detach().to("cpu").view(torch.uint8).clone()
+    loc = loc.detach().to("cpu", torch.int64)
+    keep = (loc >= 0) & (loc < _n_slots(kc))
+    idx = keep.nonzero().flatten()
+    slots = loc[idx]
+    qk = quant(k.detach().to("cpu")[idx], k_scale, fp8_dtype)
+    qv = quant(v.detach().to("cpu")[idx], v_scale, fp8_dtype)
+    if kc.dim() == 3:
+        kc[slots] = qk
+        vc[slots] = qv
+    else:
+        page = kc.shape[3]
+        x = kc.shape[4]
+        b, t = slots // page, slots % page
+        n, H, DK = qk.shape
+        kc[b, :, :, t, :] = qk.reshape(n, H, DK // x, x)
+        vc[b, :, t // x, :, t % x] = qv
+    return kc, vc

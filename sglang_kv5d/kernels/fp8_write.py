@@ -1,0 +1,572 @@
+"""Fused FP8 KV-cache write: scale, saturate, round once, store, in ONE launch.
+
+    write_kv_fp8(k, v, k_cache, v_cache, loc, k_scale, v_scale, *, fp8_dtype=None)
+
+Replaces SGLang's unfused FP8 write (``k.div_(k_scale)`` in place on the caller's
+tensor, ``.to(fp8)``, a view, then a per-token scatter: three to five launches,
+the caller's tensors mutated, NaN instead of saturation on ``e4m3fnuz``).
+
+Semantics, per element of K (V alike with ``v_scale``)::
+
+    q = x.float() / k_scale            (fp32, IEEE round-to-nearest division)
+    q = clamp(q, -FMAX, +FMAX)         (FMAX = 448 e4m3fn, 240 e4m3fnuz; +/-inf too)
+    cache[...] = fp8(q)                (round-to-nearest-even, once)
+
+which is bit-identical to ``clamp(x.float() / s, -FMAX, FMAX).to(fp8_dtype)`` in
+torch. NaN inputs stay NaN. ``k`` and ``v`` are only read.
+
+Cache layouts (read from ranks and shapes; X = 16 for fp8):
+
+    NHD         k_cache (slots, H, D_k)            v_cache (slots, H, D_v)
+    SHUFFLE 5D  k_cache (blocks, H, D_k/X, page, X) v_cache (blocks, H, page/X, D_v, X)
+
+with ``K5d[b, h, d//X, t, d%X] = K[b*page+t, h, d]`` and
+``V5d[b, h, t//X, d, t%X] = V[b*page+t, h, d]``.
+
+How the kernel is organised. The grid is (token windows, heads, {K, V}). Every
+program reads ``loc`` for its window. K rows (and NHD V rows) are written per
+token: one token's head row is contiguous (NHD) or made of 16-byte vectors (5D
+K). A 5D V row is not: one token owns one byte of every 16-byte vector, so
+writing tokens one by one scatters single bytes. Prefill writes, though, come in
+runs of consecutive slots, so the V program checks *in the kernel* (no host
+sync, CUDA-graph safe) which tokens belong to a complete aligned group (X
+consecutive tokens whose slots are consecutive and start at a multiple of X).
+The program that owns the first token of such a group writes the whole group as
+whole 16-byte vectors (a (D_v, X) tile, contiguous in the cache); tokens outside
+complete groups (decode, run edges) are written byte by byte. At most one group
+starts in any X consecutive tokens, so a window of G*X tokens has at most G.
+
+FP8 encoding. On NVIDIA (sm_89+) with e4m3fn the hardware conversion
+(round-to-nearest-even, saturating) is used. Elsewhere (``e4m3fnuz`` on NVIDIA,
+the Triton CPU interpreter, ROCm until measured there) the kernel encodes the
+byte itself with integer arithmetic on the fp32 bits (same result, a few more
+instructions), and always stores bytes, so caches may be fp8-typed or uint8.
+
+Slot ids ``< 0`` are skipped; so are ids ``>= slots`` (a guard against
+corrupting memory; callers must not rely on it). Duplicate slot ids in one call
+are a race, as in every scatter.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import NamedTuple, Optional, Union
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["write_kv_fp8", "FP8_MAX", "supported_fp8_dtypes"]
+
+X_FP8 = 16  # elements per 16-byte vector for 1-byte elements
+
+FP8_MAX = {
+    torch.float8_e4m3fn: 448.0,
+    torch.float8_e4m3fnuz: 240.0,
+}
+
+
+def supported_fp8_dtypes():
+    return tuple(FP8_MAX)
+
+
+_INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_INT32_LIMIT = 2**31 - 1
+
+
+# --------------------------------------------------------------------------- #
+# Triton                                                                      #
+# --------------------------------------------------------------------------- #
+
+
+@triton.jit
+def _encode_fp8(q, FNUZ: tl.constexpr, NATIVE: tl.constexpr):
+    """fp32 -> fp8 byte (uint8): saturate to the finite max, round to nearest even."""
+    if NATIVE:
+        # Hardware conversion (cvt.rn.satfinite on sm_89+); clamp first so that
+        # +/-inf saturate too. NaN propagates through the clamp and the cvt.
+        a = tl.minimum(tl.maximum(q, -448.0, propagate_nan=tl.PropagateNan.ALL), 448.0,
+                       propagate_nan=tl.PropagateNan.ALL)
+        code = a.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    else:
+        if FNUZ:
+            FMAX: tl.constexpr = 240.0
+            MIN_NORMAL: tl.constexpr = 0.0078125  # 2**-7
+            SUB_SCALE: tl.constexpr = 1024.0  # 1 / 2**-10, the subnormal step
+            EXP_ADJ: tl.constexpr = (127 - 8) << 3
+        else:
+            FMAX: tl.constexpr = 448.0
+            MIN_NORMAL: tl.constexpr = 0.015625  # 2**-6
+            SUB_SCALE: tl.constexpr = 512.0  # 1 / 2**-9
+            EXP_ADJ: tl.constexpr = (127 - 7) << 3
+        bits = q.to(tl.int32, bitcast=True)
+        sign = (bits >> 24) & 0x80
+        a = tl.minimum(tl.abs(q), FMAX)  # +inf -> FMAX; NaN handled below
+        u = a.to(tl.int32, bitcast=True)
+        # Normal range: keep 3 mantissa bits, round to nearest even on the rest.
+        normal = ((u + 0x7FFFF + ((u >> 20) & 1)) >> 20) - EXP_ADJ
+        # Subnormal range: a / step is exact; adding 2**23 rounds it to an
+        # integer (nearest even) in the fp32 adder; the low bits are the code.
+        sub = (a * SUB_SCALE + 8388608.0).to(tl.int32, bitcast=True) - 0x4B000000
+        mag = tl.where(a < MIN_NORMAL, sub, normal)
+        if FNUZ:
+            code = tl.where(mag == 0, 0, mag | sign)  # no negative zero in fnuz
+            code = tl.where(q != q, 0x80, code)
+        else:
+            code = mag | sign
+            code = tl.where(q != q, 0x7F | sign, code)
+        code = code.to(tl.uint8)
+    return code
+
+
+@triton.jit
+def _quantize(x, scale, FNUZ: tl.constexpr, NATIVE: tl.constexpr):
+    q = tl.math.div_rn(x.to(tl.float32), scale)
+    return _encode_fp8(q, FNUZ, NATIVE)
+
+
+@triton.jit
+def _write_rows(
+    src_ptr,
+    stride_src,
+    dst_ptr,
+    rows,  # [BT] token indices
+    base,  # [BT] destination offset of element d=0 for each token
+    mask,  # [BT] which tokens to write
+    scale,
+    h,
+    D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    INTRA: tl.constexpr,  # 0: d (contiguous), 1: (d//X)*PAGE*X + d%X (5D K), 2: d*X (5D V)
+    PAGE: tl.constexpr,
+    X: tl.constexpr,
+    FNUZ: tl.constexpr,
+    NATIVE: tl.constexpr,
+):
+    d = tl.arange(0, BLOCK_D)
+    if BLOCK_D == D:
+        m = mask[:, None]
+    else:
+        m = mask[:, None] & (d[None, :] < D)
+    x = tl.load(src_ptr + (rows * stride_src + h * D)[:, None] + d[None, :], mask=m, other=0.0)
+    code = _quantize(x, scale, FNUZ, NATIVE)
+    if INTRA == 0:
+        intra = d
+    elif INTRA == 1:
+        intra = (d // X) * (PAGE * X) + (d % X)
+    else:
+        intra = d * X
+    tl.store(dst_ptr + base[:, None] + intra[None, :], code, mask=m)
+
+
+@triton.jit
+def _write_kv_fp8_kernel(
+    k_ptr,
+    v_ptr,
+    kc_ptr,
+    vc_ptr,
+    loc_ptr,
+    k_scale,
+    v_scale,
+    T,
+    stride_kt,
+    stride_vt,
+    stride_loc,
+    n_slots,
+    kc_stride_s,
+    kc_stride_h,
+    vc_stride_s,
+    vc_stride_h,
+    H: tl.constexpr,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_DK: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    PAGE: tl.constexpr,
+    X: tl.constexpr,
+    LAYOUT_5D: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    K_SCALE_PTR: tl.constexpr,
+    V_SCALE_PTR: tl.constexpr,
+    FNUZ: tl.constexpr,
+    NATIVE: tl.constexpr,
+    LARGE: tl.constexpr,
+):
+    pid_t = tl.program_id(0)
+    h = tl.program_id(1)
+    is_v = tl.program_id(2)
+
+    t_off = tl.arange(0, BLOCK_T)
+    if LARGE:
+        i0 = pid_t.to(tl.int64) * BLOCK_T
+    else:
+        i0 = pid_t * BLOCK_T
+    rows = i0 + t_off
+    in_t = rows < T
+    s_raw = tl.load(loc_ptr + rows * stride_loc, mask=in_t, other=-1)
+    ok = in_t & (s_raw >= 0) & (s_raw < n_slots)
+    if LARGE:
+        s = tl.where(ok, s_raw, 0).to(tl.int64)
+    else:
+        s = tl.where(ok, s_raw, 0).to(tl.int32)
+
+    if is_v == 0:
+        if K_SCALE_PTR:
+            ks = tl.load(k_scale)
+        else:
+            ks = k_scale
+        if LAYOUT_5D:
+            blk = s // PAGE
+            base = blk * (H * DK * PAGE) + h * (DK * PAGE) + (s - blk * PAGE) * X
+            _write_rows(k_ptr, stride_kt, kc_ptr, rows, base, ok, ks, h,
+                        DK, BLOCK_DK, 1, PAGE, X, FNUZ, NATIVE)
+        else:
+            base = s * kc_stride_s + h * kc_stride_h
+            _write_rows(k_ptr, stride_kt, kc_ptr, rows, base, ok, ks, h,
+                        DK, BLOCK_DK, 0, PAGE, X, FNUZ, NATIVE)
+    else:
+        if V_SCALE_PTR:
+            vs = tl.load(v_scale)
+        else:
+            vs = v_scale
+        if LAYOUT_5D:
+            # Which tokens sit in a complete aligned group of X consecutive slots?
+            # Token i with slot s and r = s % X belongs to the group that starts at
+            # token g = i - r; it is complete when loc[g + j] == s - r + j for all j.
+            r = s % X
+            g = rows - r
+            j = tl.arange(0, X)
+            g_ok = ok & (g >= 0) & (g + (X - 1) < T)
+            sg = tl.load(loc_ptr + (g[:, None] + j[None, :]) * stride_loc,
+                         mask=g_ok[:, None], other=-1)
+            same = (sg == (s - r)[:, None] + j[None, :]).to(tl.int32)
+            covered = g_ok & (tl.min(same, axis=1) == 1)
+            blk = s // PAGE
+            in_page = s - blk * PAGE
+            vbase = blk * (H * DV * PAGE) + h * (DV * PAGE) + (in_page // X) * (DV * X)
+
+            # Tokens outside complete groups: one byte per (token, d).
+            scattered = ok & (covered == 0)
+            if tl.sum(scattered.to(tl.int32), axis=0) > 0:
+                _write_rows(v_ptr, stride_vt, vc_ptr, rows, vbase + (in_page % X), scattered,
+                            vs, h, DV, BLOCK_DV, 2, PAGE, X, FNUZ, NATIVE)
+
+            # Complete groups that start in this window: whole 16-byte vectors.
+            leader = covered & (r == 0)
+            G: tl.constexpr = BLOCK_T // X
+            if tl.sum(leader.to(tl.int32), axis=0) > 0:
+                lead2 = tl.reshape(leader.to(tl.int32), (G, X)) != 0
+                rows2 = tl.reshape(rows, (G, X))
+                base2 = tl.reshape(vbase, (G, X))
+                has = tl.max(lead2.to(tl.int32), axis=1) > 0
+                lrow = tl.sum(tl.where(lead2, rows2, 0), axis=1)
+                lbase = tl.sum(tl.where(lead2, base2, 0), axis=1)
+                d = tl.arange(0, BLOCK_DV)
+                if BLOCK_DV == DV:
+                    m3 = has[:, None, None]
+                else:
+                    m3 = has[:, None, None] & (d[None, :, None] < DV)
+                src = (v_ptr + h * DV
+                       + (lrow[:, None, None] + j[None, None, :]) * stride_vt
+                       + d[None, :, None])
+                x = tl.load(src, mask=m3, other=0.0)
+                code = _quantize(x, vs, FNUZ, NATIVE)
+                dst = vc_ptr + lbase[:, None, None] + d[None, :, None] * X + j[None, None, :]
+                tl.store(dst, code, mask=m3)
+        else:
+            base = s * vc_stride_s + h * vc_stride_h
+            _write_rows(v_ptr, stride_vt, vc_ptr, rows, base, ok, vs, h,
+                        DV, BLOCK_DV, 0, PAGE, X, FNUZ, NATIVE)
+
+
+# --------------------------------------------------------------------------- #
+# Host side                                                                   #
+# --------------------------------------------------------------------------- #
+
+
+class _Plan(NamedTuple):
+    T: int
+    H: int
+    DK: int
+    DV: int
+    layout_5d: bool
+    page: int
+    n_slots: int
+    fp8_dtype: torch.dtype
+    kc_bytes: torch.Tensor
+    vc_bytes: torch.Tensor
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _check_scale(name: str, scale, device: torch.device):
+    """Return (kernel argument, is_pointer)."""
+    if isinstance(scale, torch.Tensor):
+        if scale.numel() != 1:
+            raise ValueError(
+                f"{name}: expected a Python float or a one-element float32 tensor, "
+                f"got a tensor with {scale.numel()} elements (shape {tuple(scale.shape)})"
+            )
+        if scale.dtype != torch.float32:
+            raise TypeError(f"{name}: expected a float32 tensor, got {scale.dtype}")
+        if scale.device != device:
+            raise ValueError(
+                f"{name}: expected the scale tensor on the cache's device {device}, "
+                f"got {scale.device}"
+            )
+        return scale, True
+    if isinstance(scale, bool) or not isinstance(scale, (float, int)):
+        raise TypeError(
+            f"{name}: expected a Python float or a one-element float32 tensor, "
+            f"got {type(scale).__name__}"
+        )
+    value = float(scale)
+    as32 = float(torch.tensor(value, dtype=torch.float32)) if math.isfinite(value) else value
+    if not math.isfinite(value) or not math.isfinite(as32) or not as32 > 0.0:
+        raise ValueError(
+            f"{name}: expected a positive finite scale (also after rounding to float32), "
+            f"got {scale!r}"
+        )
+    return as32, False
+
+
+def _check_input(name: str, x) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in _INPUT_DTYPES:
+        raise TypeError(f"{name}: expected dtype bfloat16, float16 or float32, got {x.dtype}")
+    if x.dim() != 3:
+        raise ValueError(f"{name}: expected shape (T, H, D), got {tuple(x.shape)}")
+    T, H, D = x.shape
+    if D > 1 and x.stride(2) != 1:
+        raise ValueError(f"{name}: the head dim must be contiguous (stride(2) == 1), got strides {x.stride()}")
+    if H > 1 and x.stride(1) != D:
+        raise ValueError(
+            f"{name}: heads must be contiguous (stride(1) == D == {D}), got strides {x.stride()}"
+        )
+
+
+def _cache_fp8_dtype(k_cache, v_cache, fp8_dtype) -> torch.dtype:
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(c, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(c).__name__}")
+    if fp8_dtype is not None and fp8_dtype not in FP8_MAX:
+        raise TypeError(
+            f"fp8_dtype: expected torch.float8_e4m3fn or torch.float8_e4m3fnuz, got {fp8_dtype!r}"
+        )
+    if k_cache.dtype != v_cache.dtype:
+        raise TypeError(
+            f"k_cache/v_cache: expected the same dtype, got {k_cache.dtype} and {v_cache.dtype}"
+        )
+    dt = k_cache.dtype
+    if dt == torch.uint8:
+        if fp8_dtype is None:
+            raise TypeError(
+                "fp8_dtype: required when the caches are uint8 storage views "
+                "(pass torch.float8_e4m3fn or torch.float8_e4m3fnuz)"
+            )
+        return fp8_dtype
+    if dt in FP8_MAX:
+        if fp8_dtype is not None and fp8_dtype != dt:
+            raise ValueError(f"fp8_dtype: {fp8_dtype} disagrees with the caches' dtype {dt}")
+        return dt
+    raise TypeError(
+        f"k_cache: expected a float8_e4m3fn / float8_e4m3fnuz cache or its uint8 storage "
+        f"view, got {dt}"
+    )
+
+
+def _plan(k, v, k_cache, v_cache, loc, fp8_dtype) -> _Plan:
+    _check_input("k", k)
+    _check_input("v", v)
+    dtype = _cache_fp8_dtype(k_cache, v_cache, fp8_dtype)
+    T, H, DK = k.shape
+    if v.shape[0] != T or v.shape[1] != H:
+        raise ValueError(
+            f"v: expected shape ({T}, {H}, D_v) to match k {tuple(k.shape)}, got {tuple(v.shape)}"
+        )
+    DV = v.shape[2]
+    if not isinstance(loc, torch.Tensor):
+        raise TypeError(f"loc: expected a 1-D int32/int64 tensor, got {type(loc).__name__}")
+    if loc.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"loc: expected dtype int32 or int64, got {loc.dtype}")
+    if loc.dim() != 1 or loc.shape[0] != T:
+        raise ValueError(f"loc: expected a 1-D tensor of length T={T}, got shape {tuple(loc.shape)}")
+    device = k_cache.device
+    for name, t in (("k", k), ("v", v), ("v_cache", v_cache), ("loc", loc)):
+        if t.device != device:
+            raise ValueError(f"{name}: expected device {device} (the cache's), got {t.device}")
+
+    if k_cache.dim() == 3 and v_cache.dim() == 3:
+        layout_5d = False
+        if tuple(k_cache.shape[1:]) != (H, DK):
+            raise ValueError(
+                f"k_cache: expected NHD shape (slots, {H}, {DK}), got {tuple(k_cache.shape)}"
+            )
+        if tuple(v_cache.shape[1:]) != (H, DV):
+            raise ValueError(
+                f"v_cache: expected NHD shape (slots, {H}, {DV}), got {tuple(v_cache.shape)}"
+            )
+        if v_cache.shape[0] != k_cache.shape[0]:
+            raise ValueError(
+                f"v_cache: expected {k_cache.shape[0]} slots like k_cache, got {v_cache.shape[0]}"
+            )
+        for name, c, D in (("k_cache", k_cache, DK), ("v_cache", v_cache, DV)):
+            if c.stride(2) != 1:
+                raise ValueError(f"{name}: the head dim must be contiguous, got strides {c.stride()}")
+        page = 1
+        n_slots = k_cache.shape[0]
+    elif k_cache.dim() == 5 and v_cache.dim() == 5:
+        layout_5d = True
+        X = X_FP8
+        nb, kh, kdx, page, kx = k_cache.shape
+        if kh != H or kx != X or kdx * X != DK:
+            raise ValueError(
+                f"k_cache: expected SHUFFLE 5D shape (blocks, {H}, {DK}/{X}, page, {X}) "
+                f"(X = 16 for fp8), got {tuple(k_cache.shape)}"
+            )
+        vb, vh, vpx, vd, vx = v_cache.shape
+        if vb != nb or vh != H or vx != X or vd != DV or vpx * X != page:
+            raise ValueError(
+                f"v_cache: expected SHUFFLE 5D shape ({nb}, {H}, {page}/{X}, {DV}, {X}) "
+                f"to match k_cache {tuple(k_cache.shape)} (page divisible by X = 16), "
+                f"got {tuple(v_cache.shape)}"
+            )
+        for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+            if not c.is_contiguous():
+                raise ValueError(f"{name}: a SHUFFLE 5D cache must be contiguous")
+        n_slots = nb * page
+    else:
+        raise ValueError(
+            "k_cache/v_cache: expected both NHD (3-D: slots, H, D) or both SHUFFLE 5D "
+            f"(5-D), got ranks {k_cache.dim()} and {v_cache.dim()}"
+        )
+    if DK % X_FP8 or DV % X_FP8:
+        if layout_5d:
+            raise ValueError(f"k/v: head dims must be multiples of {X_FP8}, got {DK} and {DV}")
+    kc_bytes = k_cache if k_cache.dtype == torch.uint8 else k_cache.view(torch.uint8)
+    vc_bytes = v_cache if v_cache.dtype == torch.uint8 else v_cache.view(torch.uint8)
+    return _Plan(T, H, DK, DV, layout_5d, page, n_slots, dtype, kc_bytes, vc_bytes)
+
+
+def _native_fp8_ok(device: torch.device, fp8_dtype: torch.dtype) -> bool:
+    if _interpreting() or device.type != "cuda" or torch.version.hip is not None:
+        return False
+    if fp8_dtype != torch.float8_e4m3fn:
+        return False
+    major, minor = torch.cuda.get_device_capability(device)
+    return (major, minor) >= (8, 9)
+
+
+def _block_t(T: int, D: int) -> int:
+    if T <= 2048:
+        return 16
+    return 64 if D <= 128 else 32
+
+
+def write_kv_fp8(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    loc: torch.Tensor,
+    k_scale: Union[float, torch.Tensor],
+    v_scale: Union[float, torch.Tensor],
+    *,
+    fp8_dtype: Optional[torch.dtype] = None,
+    _encoder: str = "auto",
+    _block_tokens: Optional[int] = None,
+    _num_warps: Optional[int] = None,
+) -> None:
+    """Quantize ``k`` / ``v`` to FP8 and write them into one layer's caches, in one launch.
+
+    Args:
+        k, v: ``(T, H, D_k)`` and ``(T, H, D_v)``, bf16 / fp16 / fp32; any token
+            stride, heads and dims contiguous. Never modified.
+        k_cache, v_cache: NHD ``(slots, H, D)`` or SHUFFLE 5D (K
+            ``(blocks, H, D_k/16, page, 16)``, V ``(blocks, H, page/16, D_v, 16)``),
+            typed ``float8_e4m3fn`` / ``float8_e4m3fnuz`` or their ``uint8``
+            storage views (then ``fp8_dtype`` is required).
+        loc: ``(T,)`` int32/int64 destination slot per token; negative = skip.
+        k_scale, v_scale: positive Python floats or one-element float32 tensors
+            on the cache's device (read by the kernel: no host sync).
+        fp8_dtype: the FP8 format of uint8 caches (checked against typed caches).
+
+    Raises TypeError / ValueError, before writing anything, on bad arguments.
+    The underscore arguments are for tests and benchmarks.
+    """
+    plan = _plan(k, v, k_cache, v_cache, loc, fp8_dtype)
+    device = k_cache.device
+    ks, ks_ptr = _check_scale("k_scale", k_scale, device)
+    vs, vs_ptr = _check_scale("v_scale", v_scale, device)
+    if plan.T == 0:
+        return
+
+    if _encoder == "auto":
+        native = _native_fp8_ok(device, plan.fp8_dtype)
+    elif _encoder == "native":
+        if plan.fp8_dtype != torch.float8_e4m3fn:
+            raise ValueError("_encoder='native' supports float8_e4m3fn only")
+        native = True
+    elif _encoder == "bits":
+        native = False
+    else:
+        raise ValueError(f"_encoder: expected 'auto', 'native' or 'bits', got {_encoder!r}")
+
+    T, H, DK, DV = plan.T, plan.H, plan.DK, plan.DV
+    block_t = _block_tokens or _block_t(T, max(DK, DV))
+    kc, vc = plan.kc_bytes, plan.vc_bytes
+    if plan.layout_5d:
+        kc_s = kc_h = vc_s = vc_h = 0
+    else:
+        kc_s, kc_h = kc.stride(0), kc.stride(1)
+        vc_s, vc_h = vc.stride(0), vc.stride(1)
+    stride_kt, stride_vt = k.stride(0), v.stride(0)
+    biggest = max(
+        (T + block_t + X_FP8) * max(stride_kt, stride_vt, H * max(DK, DV)),
+        kc.numel(),
+        vc.numel(),
+        plan.n_slots * max(kc_s, vc_s, 1),
+        (T + block_t + X_FP8) * loc.stride(0),
+    )
+    large = biggest > _INT32_LIMIT
+    grid = (triton.cdiv(T, block_t), H, 2)
+    kwargs = {}
+    if _num_warps is not None:
+        kwargs["num_warps"] = _num_warps
+    _write_kv_fp8_kernel[grid](
+        k,
+        v,
+        kc,
+        vc,
+        loc,
+        ks,
+        vs,
+        T,
+        stride_kt,
+        stride_vt,
+        loc.stride(0),
+        plan.n_slots,
+        kc_s,
+        kc_h,
+        vc_s,
+        vc_h,
+        H=H,
+        DK=DK,
+        DV=DV,
+        BLOCK_DK=triton.next_power_of_2(DK),
+        BLOCK_DV=triton.next_power_of_2(DV),
+        PAGE=plan.page,
+        X=X_FP8,
+        LAYOUT_5D=plan.layout_5d,
+        BLOCK_T=block_t,
+        K_SCALE_PTR=ks_ptr,
+        V_SCALE_PTR=vs_ptr,
+        FNUZ=plan.fp8_dtype == torch.float8_e4m3fnuz,
+        NATIVE=native,
+        LARGE=large,
+        **kwargs,
+    )
