@@ -1,0 +1,927 @@
+"""Portable Triton attention that reads the SHUFFLE 5D ("vectorized_5d") KV layout.
+
+Layout, with ``X = 16 // element_bytes`` (8 for bf16/fp16, 16 for fp8)::
+
+    K cache: (num_blocks, H_kv, D // X, page, X)   K5d[b, h, d // X, t, d % X] = K[b, t, h, d]
+    V cache: (num_blocks, H_kv, page // X, D, X)   V5d[b, h, t // X, d, t % X] = V[b, t, h, d]
+
+Both ``(page, X)`` (K) and ``(D, X)`` (V) tails must be contiguous; block, head and
+chunk strides may be anything (views of a larger pool are fine).
+
+Two entry points:
+
+* :func:`decode_attention_5d`: one query token per sequence, split-K over the
+  context with a second reduce kernel when more than one split is used. The
+  split count is chosen on the host from shapes only (batch, KV heads, SM count,
+  block-table width), so the launch is a fixed grid with no host syncs and can be
+  captured in a CUDA graph.
+* :func:`extend_attention_5d`: several new tokens per sequence (chunked prefill
+  with prefix reuse). The new tokens must already be written into the cache.
+
+FP8 caches (``torch.float8_e4m3fn`` / ``torch.float8_e4m3fnuz`` typed, or ``uint8``
+storage with ``fp8_dtype=``) are decoded in-kernel. Where the hardware converts the
+format natively (e4m3fn on NVIDIA sm_89+ and gfx950, e4m3fnuz on gfx942) the
+native conversion is used; everywhere else (the Triton CPU interpreter, e4m3fnuz
+on NVIDIA) the bits are decoded with integer arithmetic into fp16, bit-exact
+(NaN codes included). Scales are per-tensor *dequantisation* multipliers
+(real = stored * scale), either Python floats or one-element fp32 device tensors
+read inside the kernel (no host sync).
+
+Window semantics (``sliding_window``), SGLang's ``sliding_window_size``
+convention, which is "exclusive" (models store ``config.sliding_window - 1``):
+
+    a query at absolute position p sees key k  iff  p - W <= k <= p   (W + 1 keys)
+
+This is what SGLang 0.5.23's Triton *extend* kernel does
+(``kernels/ops/attention/extend_attention.py``: keep ``q <= k + SLIDING_WINDOW_SIZE``),
+as do its torch-native backend (``k_pos >= q_pos - sliding_window_size``), its
+FlashAttention backend (``window_size=(sliding_window_size, 0)``) and aiter's
+``mha_batch_prefill_func`` (``window_size=(W, 0)``). SGLang's Triton *decode* path is
+one key narrower: ``triton_backend.update_sliding_window_buffer`` builds the window
+KV list with ``min(seq_lens, sliding_window_size)`` entries, i.e. keys
+``ctx - W .. ctx - 1`` (W keys, the current token included) for the decode token
+at ``p = ctx - 1``. We follow the extend / torch-native convention for both
+kernels so decode and prefill agree; pass ``sliding_window=W - 1`` to reproduce the
+Triton decode kernel exactly. aiter's ``pa_decode_gluon`` keeps keys
+``c >= ctx - sliding_window + 1`` (W' - 1 keys), so to match this module it needs
+``sliding_window = W + 2``. ``sliding_window <= 0`` disables the window.
+
+Logit soft cap: ``s = cap * tanh(s / cap)`` applied to the scaled score
+``s = sm_scale * k_scale * (q . k)`` when ``logit_cap > 0`` (SGLang's convention:
+the cap is applied after ``sm_scale``). Sinks: ``[H_q]`` fp32 logits in natural
+units (not multiplied by ``sm_scale``), added only to the softmax denominator
+(gpt-oss style).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["decode_attention_5d", "extend_attention_5d"]
+
+_LOG2E = 1.4426950408889634
+
+# FP8 decode modes (constexpr FP8_MODE)
+_FP8_NONE = 0
+_FP8_NATIVE_E4M3FN = 1  # tl.float8e4nv
+_FP8_NATIVE_E4M3FNUZ = 2  # tl.float8e4b8 (AMD gfx942)
+_FP8_EMU_E4M3FN = 3  # integer decode, result is value * 2**-8
+_FP8_EMU_E4M3FNUZ = 4  # integer decode, result is value * 2**-7
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@triton.jit
+def _tanh(x):
+    # portable (interpreter, CUDA, HIP): tanh(x) = 2 * sigmoid(2x) - 1
+    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+
+
+@triton.jit
+def _fp8_to_f16(x, FP8_MODE: tl.constexpr):
+    """uint8 fp8 bits -> fp16. Emulated modes return value * 2**-8 (fn) / 2**-7 (fnuz)."""
+    if FP8_MODE == 1:
+        return x.to(tl.float8e4nv, bitcast=True).to(tl.float16)
+    elif FP8_MODE == 2:
+        return x.to(tl.float8e4b8, bitcast=True).to(tl.float16)
+    else:
+        # Sign-extend the byte; shifting left by 7 puts the 4 exponent bits and the 3
+        # mantissa bits of e4m3 into the low exponent / high mantissa bits of fp16 and
+        # the sign into bit 15 (0xBF80 keeps bits 15 and 7..13). fp16 subnormals carry
+        # e4m3 subnormals exactly, so only the exponent bias differs (fixed by the
+        # caller's scale).
+        xi = x.to(tl.int8, bitcast=True).to(tl.int32)
+        bits = ((xi << 7) & 0xBF80).to(tl.int16)
+        val = bits.to(tl.float16, bitcast=True)
+        if FP8_MODE == 3:
+            is_nan = (xi & 0x7F) == 0x7F
+        else:
+            is_nan = xi == -128
+        return tl.where(is_nan, float("nan"), val)
+
+
+@triton.jit
+def _load_scale(ptr, val, IS_PTR: tl.constexpr):
+    if IS_PTR:
+        return tl.load(ptr).to(tl.float32)
+    else:
+        return val
+
+
+# --------------------------------------------------------------------------- decode
+
+
+@triton.jit
+def _decode_5d_kernel(
+    Q,
+    K,
+    V,
+    BT,
+    CTX,
+    SINKS,
+    OUT,
+    MID_O,
+    MID_LSE,
+    k_scale_ptr,
+    v_scale_ptr,
+    k_scale_val,
+    v_scale_val,
+    sm_scale,
+    logit_cap,
+    window,
+    stride_qb,
+    stride_qh,
+    stride_kb,
+    stride_kh,
+    stride_kc,
+    stride_vb,
+    stride_vh,
+    stride_vc,
+    stride_btb,
+    stride_ob,
+    stride_oh,
+    stride_mb,
+    stride_mh,
+    stride_ms,
+    NUM_SPLITS: tl.constexpr,
+    H_KV: tl.constexpr,
+    G: tl.constexpr,
+    HEAD_TILES: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PAGE: tl.constexpr,
+    X: tl.constexpr,
+    PAGE_ALIGNED: tl.constexpr,
+    FP8_MODE: tl.constexpr,
+    FP8_MUL: tl.constexpr,
+    K_SCALE_PTR: tl.constexpr,
+    V_SCALE_PTR: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_CAP: tl.constexpr,
+    HAS_SINK: tl.constexpr,
+    DIRECT: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    ht = pid % HEAD_TILES
+    bh = pid // HEAD_TILES
+    kvh = bh % H_KV
+    b = (bh // H_KV).to(tl.int64)
+
+    offs_h = tl.arange(0, BLOCK_H)
+    g_idx = ht * BLOCK_H + offs_h
+    mask_h = g_idx < G
+    head = kvh * G + g_idx
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < D
+    offs_n = tl.arange(0, BLOCK_N)
+
+    ctx = tl.load(CTX + b).to(tl.int32)
+    lo = 0
+    if HAS_WINDOW:
+        lo = tl.maximum(ctx - 1 - window, 0)
+    lo_al = (lo // BLOCK_N) * BLOCK_N
+    n_tiles = tl.cdiv(ctx - lo_al, BLOCK_N)
+    tiles_per_split = tl.cdiv(n_tiles, NUM_SPLITS)
+    start = lo_al + split * tiles_per_split * BLOCK_N
+    end = tl.minimum(start + tiles_per_split * BLOCK_N, ctx)
+
+    k_scale = _load_scale(k_scale_ptr, k_scale_val, K_SCALE_PTR)
+    v_scale = _load_scale(v_scale_ptr, v_scale_val, V_SCALE_PTR)
+    qk_scale = sm_scale * k_scale * FP8_MUL
+    v_mul = v_scale * FP8_MUL
+
+    q = tl.load(
+        Q + b * stride_qb + head[:, None] * stride_qh + offs_d[None, :],
+        mask=mask_h[:, None] & mask_d[None, :],
+        other=0.0,
+    ).to(COMPUTE)
+
+    # address parts that do not depend on the tile
+    k_dpart = (offs_d[:, None] // X) * stride_kc + (offs_d[:, None] % X)  # [BLOCK_D, 1]
+    v_dpart = offs_d[None, :] * X  # [1, BLOCK_D]
+    k_head = K + kvh.to(tl.int64) * stride_kh
+    v_head = V + kvh.to(tl.int64) * stride_vh
+    bt_row = BT + b * stride_btb
+    if PAGE_ALIGNED:
+        k_tok = offs_n[None, :] * X  # [1, BLOCK_N]
+        v_tok = (offs_n[:, None] // X) * stride_vc + (offs_n[:, None] % X)  # [BLOCK_N, 1]
+
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+
+    for n0 in tl.range(start, end, BLOCK_N, num_stages=NUM_STAGES):
+        tok = n0 + offs_n
+        valid = (tok < ctx) & (tok >= lo)
+        if PAGE_ALIGNED:
+            blk = tl.load(bt_row + n0 // PAGE).to(tl.int64)
+            t0 = n0 % PAGE
+            k_ptrs = k_head + blk * stride_kb + t0 * X + k_tok + k_dpart
+            v_ptrs = v_head + blk * stride_vb + (t0 // X) * stride_vc + v_tok + v_dpart
+        else:
+            blk = tl.load(bt_row + tok // PAGE, mask=tok < ctx, other=0).to(tl.int64)
+            t = tok % PAGE
+            k_ptrs = k_head + blk[None, :] * stride_kb + (t * X)[None, :] + k_dpart
+            v_ptrs = (
+                v_head
+                + blk[:, None] * stride_vb
+                + ((t // X) * stride_vc + (t % X))[:, None]
+                + v_dpart
+            )
+        if BLOCK_D == D:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        else:
+            k = tl.load(k_ptrs, mask=mask_d[:, None], other=0)
+            v = tl.load(v_ptrs, mask=mask_d[None, :], other=0)
+        if FP8_MODE > 0:
+            k = _fp8_to_f16(k, FP8_MODE)
+            v = _fp8_to_f16(v, FP8_MODE)
+        s = tl.dot(q, k.to(COMPUTE)) * qk_scale
+        if HAS_CAP:
+            s = logit_cap * _tanh(s / logit_cap)
+        s = tl.where(valid[None, :], s * 1.4426950408889634, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        # slots past the context may hold anything (NaN included): 0 * NaN = NaN
+        v = tl.where(valid[:, None], v.to(COMPUTE), 0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(COMPUTE), v)
+        m_i = m_new
+
+    if DIRECT:
+        if HAS_SINK:
+            sink = tl.load(SINKS + head, mask=mask_h, other=float("-inf")).to(tl.float32)
+            sink2 = sink * 1.4426950408889634
+            m_fin = tl.maximum(m_i, sink2)
+            m_fin = tl.where(m_fin == float("-inf"), 0.0, m_fin)
+            l_fin = l_i * tl.exp2(m_i - m_fin) + tl.exp2(sink2 - m_fin)
+            acc = acc * tl.exp2(m_i - m_fin)[:, None]
+        else:
+            l_fin = l_i
+        l_fin = tl.where(l_fin == 0.0, 1.0, l_fin)
+        o = acc / l_fin[:, None] * v_mul
+        tl.store(
+            OUT + b * stride_ob + head[:, None] * stride_oh + offs_d[None, :],
+            o.to(OUT.dtype.element_ty),
+            mask=mask_h[:, None] & mask_d[None, :],
+        )
+    else:
+        l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+        o = acc / l_safe[:, None] * v_mul
+        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
+        mid = MID_O + b * stride_mb + head * stride_mh + split * stride_ms
+        tl.store(
+            mid[:, None] + offs_d[None, :], o, mask=mask_h[:, None] & mask_d[None, :]
+        )
+        tl.store(MID_LSE + (b * (H_KV * G) + head) * NUM_SPLITS + split, lse, mask=mask_h)
+
+
+@triton.jit
+def _decode_reduce_kernel(
+    MID_O,
+    MID_LSE,
+    SINKS,
+    OUT,
+    stride_mb,
+    stride_mh,
+    stride_ms,
+    stride_ob,
+    stride_oh,
+    H_Q: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_DR: tl.constexpr,
+    HAS_SINK: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    dblk = tl.program_id(1)
+    b = (pid // H_Q).to(tl.int64)
+    h = pid % H_Q
+    offs_s = tl.arange(0, BLOCK_S)
+    mask_s = offs_s < NUM_SPLITS
+    offs_d = dblk * BLOCK_DR + tl.arange(0, BLOCK_DR)
+    mask_d = offs_d < D
+    lse = tl.load(
+        MID_LSE + (b * H_Q + h) * NUM_SPLITS + offs_s, mask=mask_s, other=float("-inf")
+    )
+    m = tl.max(lse, 0)
+    if HAS_SINK:
+        sink2 = tl.load(SINKS + h).to(tl.float32) * 1.4426950408889634
+        m = tl.maximum(m, sink2)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp2(lse - m)
+    denom = tl.sum(w, 0)
+    if HAS_SINK:
+        denom += tl.exp2(sink2 - m)
+    o = tl.load(
+        MID_O
+        + b * stride_mb
+        + h * stride_mh
+        + offs_s[:, None] * stride_ms
+        + offs_d[None, :],
+        mask=mask_s[:, None] & mask_d[None, :] & (w[:, None] > 0.0),
+        other=0.0,
+    )
+    res = tl.sum(o * w[:, None], 0)
+    denom = tl.where(denom == 0.0, 1.0, denom)
+    res = res / denom
+    tl.store(
+        OUT + b * stride_ob + h * stride_oh + offs_d,
+        res.to(OUT.dtype.element_ty),
+        mask=mask_d,
+    )
+
+
+# --------------------------------------------------------------------------- extend
+
+
+@triton.jit
+def _extend_5d_kernel(
+    Q,
+    K,
+    V,
+    BT,
+    QO_INDPTR,
+    KV_LENS,
+    TILE_INDPTR,
+    SINKS,
+    OUT,
+    k_scale_ptr,
+    v_scale_ptr,
+    k_scale_val,
+    v_scale_val,
+    sm_scale,
+    logit_cap,
+    window,
+    stride_qt,
+    stride_qh,
+    stride_kb,
+    stride_kh,
+    stride_kc,
+    stride_vb,
+    stride_vh,
+    stride_vc,
+    stride_btb,
+    stride_ot,
+    stride_oh,
+    B,
+    LOG_B: tl.constexpr,
+    G: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PAGE: tl.constexpr,
+    X: tl.constexpr,
+    FP8_MODE: tl.constexpr,
+    FP8_MUL: tl.constexpr,
+    K_SCALE_PTR: tl.constexpr,
+    V_SCALE_PTR: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_CAP: tl.constexpr,
+    HAS_SINK: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    hq = tl.program_id(1)
+    kvh = hq // G
+    total_tiles = tl.load(TILE_INDPTR + B)
+    if tile < total_tiles:
+        # find the sequence: largest b with TILE_INDPTR[b] <= tile (binary search)
+        lo_b = 0
+        hi_b = B
+        for _ in range(LOG_B):
+            mid = (lo_b + hi_b) // 2
+            go_right = tl.load(TILE_INDPTR + mid) <= tile
+            lo_b = tl.where(go_right, mid, lo_b)
+            hi_b = tl.where(go_right, hi_b, mid)
+        b = lo_b
+        m_blk = tile - tl.load(TILE_INDPTR + b)
+        q_start = tl.load(QO_INDPTR + b)
+        q_len = tl.load(QO_INDPTR + b + 1) - q_start
+        kv_len = tl.load(KV_LENS + b)
+        prefix = kv_len - q_len
+
+        offs_m = m_blk * BLOCK_M + tl.arange(0, BLOCK_M)
+        mask_m = offs_m < q_len
+        pos = prefix + offs_m  # absolute positions of the query rows
+        offs_d = tl.arange(0, BLOCK_D)
+        mask_d = offs_d < D
+        offs_n = tl.arange(0, BLOCK_N)
+
+        k_scale = _load_scale(k_scale_ptr, k_scale_val, K_SCALE_PTR)
+        v_scale = _load_scale(v_scale_ptr, v_scale_val, V_SCALE_PTR)
+        qk_scale = sm_scale * k_scale * FP8_MUL
+        v_mul = v_scale * FP8_MUL
+
+        row = (q_start + offs_m).to(tl.int64)
+        q = tl.load(
+            Q + row[:, None] * stride_qt + hq * stride_qh + offs_d[None, :],
+            mask=mask_m[:, None] & mask_d[None, :],
+            other=0.0,
+        ).to(COMPUTE)
+
+        pos_first = prefix + m_blk * BLOCK_M
+        pos_last = tl.minimum(pos_first + BLOCK_M, kv_len) - 1
+        if CAUSAL:
+            hi = pos_last + 1
+        else:
+            hi = kv_len
+            if HAS_WINDOW:
+                hi = tl.minimum(kv_len, pos_last + 1 + window)
+        lo = 0
+        if HAS_WINDOW:
+            lo = tl.maximum(pos_first - window, 0)
+        lo = (lo // BLOCK_N) * BLOCK_N
+
+        k_dpart = (offs_d[:, None] // X) * stride_kc + (offs_d[:, None] % X)
+        v_dpart = offs_d[None, :] * X
+        k_head = K + kvh.to(tl.int64) * stride_kh
+        v_head = V + kvh.to(tl.int64) * stride_vh
+        bt_row = BT + b.to(tl.int64) * stride_btb
+
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+        for n0 in range(lo, hi, BLOCK_N):
+            tok = n0 + offs_n
+            in_ctx = tok < kv_len
+            blk = tl.load(bt_row + tok // PAGE, mask=in_ctx, other=0).to(tl.int64)
+            t = tok % PAGE
+            k_ptrs = k_head + blk[None, :] * stride_kb + (t * X)[None, :] + k_dpart
+            v_ptrs = (
+                v_head
+                + blk[:, None] * stride_vb
+                + ((t // X) * stride_vc + (t % X))[:, None]
+                + v_dpart
+            )
+            k = tl.load(k_ptrs, mask=mask_d[:, None], other=0)
+            v = tl.load(v_ptrs, mask=mask_d[None, :], other=0)
+            if FP8_MODE > 0:
+                k = _fp8_to_f16(k, FP8_MODE)
+                v = _fp8_to_f16(v, FP8_MODE)
+            s = tl.dot(q, k.to(COMPUTE)) * qk_scale
+            if HAS_CAP:
+                s = logit_cap * _tanh(s / logit_cap)
+            valid = in_ctx[None, :] & mask_m[:, None]
+            if CAUSAL:
+                valid = valid & (tok[None, :] <= pos[:, None])
+            if HAS_WINDOW:
+                valid = valid & (tok[None, :] >= pos[:, None] - window)
+                if not CAUSAL:
+                    valid = valid & (tok[None, :] <= pos[:, None] + window)
+            s = tl.where(valid, s * 1.4426950408889634, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_safe)
+            p = tl.exp2(s - m_safe[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.where(in_ctx[:, None], v.to(COMPUTE), 0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(COMPUTE), v)
+            m_i = m_new
+
+        if HAS_SINK:
+            sink2 = tl.load(SINKS + hq).to(tl.float32) * 1.4426950408889634
+            m_fin = tl.maximum(m_i, sink2)
+            m_fin = tl.where(m_fin == float("-inf"), 0.0, m_fin)
+            corr = tl.exp2(m_i - m_fin)
+            l_i = l_i * corr + tl.exp2(sink2 - m_fin)
+            acc = acc * corr[:, None]
+        l_i = tl.where(l_i == 0.0, 1.0, l_i)
+        o = acc / l_i[:, None] * v_mul
+        tl.store(
+            OUT + row[:, None] * stride_ot + hq * stride_oh + offs_d[None, :],
+            o.to(OUT.dtype.element_ty),
+            mask=mask_m[:, None] & mask_d[None, :],
+        )
+
+
+# --------------------------------------------------------------------------- host side
+
+_FP8_DTYPES = tuple(
+    getattr(torch, n) for n in ("float8_e4m3fn", "float8_e4m3fnuz") if hasattr(torch, n)
+)
+_SM_COUNT = {}
+
+
+def _interpreting() -> bool:
+    import os
+
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 8
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    n = _SM_COUNT.get(idx)
+    if n is None:
+        n = torch.cuda.get_device_properties(idx).multi_processor_count
+        _SM_COUNT[idx] = n
+    return n
+
+
+def _native_fp8_mode(fp8_dtype: torch.dtype, device: torch.device) -> Optional[int]:
+    """The native conversion mode for this device, or None to decode with integers."""
+    if device.type != "cuda" or _interpreting():
+        return None
+    if getattr(torch.version, "hip", None):
+        try:
+            arch = torch.cuda.get_device_properties(device).gcnArchName
+        except Exception:  # pragma: no cover
+            return None
+        if fp8_dtype == torch.float8_e4m3fnuz and "gfx942" in arch:
+            return _FP8_NATIVE_E4M3FNUZ
+        if fp8_dtype == torch.float8_e4m3fn and "gfx95" in arch:
+            return _FP8_NATIVE_E4M3FN
+        return None
+    if fp8_dtype == torch.float8_e4m3fn:
+        major, minor = torch.cuda.get_device_capability(device)
+        if (major, minor) >= (8, 9):
+            return _FP8_NATIVE_E4M3FN
+    return None
+
+
+def _kv_format(k_cache: torch.Tensor, v_cache: torch.Tensor, fp8_dtype):
+    """(k_view, v_view, X, fp8_mode, fp8_mul, compute tl dtype)."""
+    if k_cache.dtype != v_cache.dtype:
+        raise ValueError(f"K/V cache dtypes differ: {k_cache.dtype} vs {v_cache.dtype}")
+    dt = k_cache.dtype
+    if dt in _FP8_DTYPES or dt == torch.uint8:
+        if dt == torch.uint8:
+            if fp8_dtype is None:
+                raise ValueError("uint8 KV caches need fp8_dtype= (float8_e4m3fn or float8_e4m3fnuz)")
+            fdt = fp8_dtype
+        else:
+            if fp8_dtype is not None and fp8_dtype != dt:
+                raise ValueError(f"fp8_dtype={fp8_dtype} contradicts the cache dtype {dt}")
+            fdt = dt
+        if fdt not in _FP8_DTYPES:
+            raise ValueError(f"unsupported fp8 dtype {fdt}")
+        mode = _native_fp8_mode(fdt, k_cache.device)
+        if mode is None:
+            if fdt == torch.float8_e4m3fn:
+                mode, mul = _FP8_EMU_E4M3FN, 256.0
+            else:
+                mode, mul = _FP8_EMU_E4M3FNUZ, 128.0
+        else:
+            mul = 1.0
+        return k_cache.view(torch.uint8), v_cache.view(torch.uint8), 16, mode, mul, tl.float16
+    if dt in (torch.bfloat16, torch.float16):
+        cdt = tl.bfloat16 if dt == torch.bfloat16 else tl.float16
+        if dt == torch.bfloat16 and _interpreting():
+            # the Triton CPU interpreter computes bf16 tl.dot wrongly (triton 3.8);
+            # upcast to fp32 there (exact for bf16 inputs)
+            cdt = tl.float32
+        return k_cache, v_cache, 8, _FP8_NONE, 1.0, cdt
+    raise ValueError(f"unsupported KV cache dtype {dt}")
+
+
+def _check_layout(k, v, X: int) -> Tuple[int, int, int, int]:
+    """Validate 5D shapes/strides; return (num_blocks, H_kv, D, page)."""
+    if k.dim() != 5 or v.dim() != 5:
+        raise ValueError(f"expected 5D K/V caches, got {tuple(k.shape)} / {tuple(v.shape)}")
+    nb, hkv, dx, page, xk = k.shape
+    if xk != X:
+        raise ValueError(f"K cache last dim {xk} != X={X} for this dtype")
+    D = dx * X
+    if tuple(v.shape) != (nb, hkv, page // X, D, X) or page % X:
+        raise ValueError(
+            f"V cache shape {tuple(v.shape)} does not match K {tuple(k.shape)}: expected "
+            f"{(nb, hkv, page // X, D, X)} with page % X == 0"
+        )
+    if k.stride(4) != 1 or k.stride(3) != X or v.stride(4) != 1 or v.stride(3) != X:
+        raise ValueError("5D caches need contiguous (page, X) / (D, X) tails")
+    return nb, hkv, D, page
+
+
+def _scale_args(scale, device):
+    """(pointer tensor, float value, is_ptr)."""
+    if scale is None:
+        return None, 1.0, False
+    if isinstance(scale, torch.Tensor):
+        if scale.numel() != 1:
+            raise ValueError("fp8 scales must be per-tensor (one element)")
+        if scale.device != device:
+            # a CPU scalar given for a GPU cache: one small copy (not inside a graph)
+            scale = scale.to(device)
+        return scale.reshape(1), 1.0, True
+    return None, float(scale), False
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _decode_config(D: int, G: int, page: int, X: int, fp8: bool):
+    """(BLOCK_N, BLOCK_H, num_warps, num_stages) for the decode kernel."""
+    block_h = max(16, min(64, _pow2(G)))
+    block_n = 64 if page % 64 == 0 else (32 if page % 32 == 0 else 64)
+    if page % block_n:
+        block_n = 32
+    BD = _pow2(D)
+    num_warps = 8 if BD * block_n >= 256 * 64 else 4
+    num_stages = 2
+    return block_n, block_h, num_warps, num_stages
+
+
+def default_num_splits(batch: int, num_kv_heads: int, head_tiles: int, max_tokens: int, device) -> int:
+    """Split count from shapes only: about two waves of programs, >= 128 tokens/split."""
+    work = max(1, batch * num_kv_heads * head_tiles)
+    target = 2 * _sm_count(device)
+    splits = -(-target // work)
+    splits = min(splits, max(1, -(-max_tokens // 128)), 256)
+    return max(1, splits)
+
+
+def decode_attention_5d(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    *,
+    sm_scale: float,
+    k_scale=None,
+    v_scale=None,
+    fp8_dtype: Optional[torch.dtype] = None,
+    sliding_window: int = -1,
+    sinks: Optional[torch.Tensor] = None,
+    logit_cap: float = 0.0,
+    num_splits: Optional[int] = None,
+    out: Optional[torch.Tensor] = None,
+    _config: Optional[tuple] = None,
+) -> torch.Tensor:
+    """Paged decode attention over SHUFFLE 5D K/V caches.
+
+    q ``(B, H_q, D)``; block_tables ``(B, max_blocks)`` physical block ids;
+    context_lens ``(B,)`` KV length *including* the current token (already in the
+    cache). Query head ``h`` reads KV head ``h // (H_q // H_kv)``. The decode token
+    sits at position ``ctx - 1`` and, with ``sliding_window = W > 0``, sees keys
+    ``ctx - 1 - W .. ctx - 1`` (W + 1 keys; SGLang's exclusive
+    ``sliding_window_size``; see the module docstring for how SGLang's own Triton
+    decode and aiter differ). Returns ``out`` ``(B, H_q, D)`` in q's dtype.
+    """
+    if q.dim() != 3:
+        raise ValueError(f"q must be (B, H_q, D), got {tuple(q.shape)}")
+    B, H_q, Dq = q.shape
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if B == 0:
+        return out
+    k, v, X, fp8_mode, fp8_mul, cdt = _kv_format(k_cache, v_cache, fp8_dtype)
+    nb, H_kv, D, page = _check_layout(k, v, X)
+    if Dq != D:
+        raise ValueError(f"q head dim {Dq} != cache head dim {D}")
+    if H_q % H_kv:
+        raise ValueError(f"H_q={H_q} is not a multiple of H_kv={H_kv}")
+    G = H_q // H_kv
+    if q.stride(2) != 1:
+        q = q.contiguous()
+    if out.stride(2) != 1 or tuple(out.shape) != (B, H_q, D):
+        raise ValueError("out must be (B, H_q, D) with a contiguous last dim")
+    if block_tables.stride(1) != 1:
+        block_tables = block_tables.contiguous()
+
+    if _config is None:
+        block_n, block_h, num_warps, num_stages = _decode_config(D, G, page, X, fp8_mode > 0)
+    else:
+        block_n, block_h, num_warps, num_stages = _config
+    head_tiles = -(-G // block_h)
+    if num_splits is None:
+        num_splits = default_num_splits(
+            B, H_kv, head_tiles, block_tables.shape[1] * page, q.device
+        )
+    num_splits = max(1, int(num_splits))
+    direct = num_splits == 1
+
+    kp, kval, kis = _scale_args(k_scale, q.device)
+    vp, vval, vis = _scale_args(v_scale, q.device)
+    if fp8_mode > 0 and (k_scale is None or v_scale is None):
+        # no scales given: stored values are the real values
+        pass
+    BLOCK_D = _pow2(D)
+    window = int(sliding_window) if sliding_window is not None else -1
+    has_window = window > 0
+    has_cap = logit_cap is not None and float(logit_cap) > 0
+    has_sink = sinks is not None
+    if has_sink and sinks.dtype != torch.float32:
+        sinks = sinks.float()
+
+    if direct:
+        mid_o = out
+        mid_lse = out
+        sm = (0, 0, 0)
+    else:
+        mid_o = torch.empty((B, H_q, num_splits, D), dtype=torch.float32, device=q.device)
+        mid_lse = torch.empty((B, H_q, num_splits), dtype=torch.float32, device=q.device)
+        sm = (mid_o.stride(0), mid_o.stride(1), mid_o.stride(2))
+
+    grid = (B * H_kv * head_tiles, num_splits)
+    _decode_5d_kernel[grid](
+        q,
+        k,
+        v,
+        block_tables,
+        context_lens,
+        sinks if has_sink else q,
+        out,
+        mid_o,
+        mid_lse,
+        kp if kis else q,
+        vp if vis else q,
+        kval,
+        vval,
+        float(sm_scale),
+        float(logit_cap) if has_cap else 0.0,
+        window,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
+        block_tables.stride(0),
+        out.stride(0),
+        out.stride(1),
+        sm[0],
+        sm[1],
+        sm[2],
+        NUM_SPLITS=num_splits,
+        H_KV=H_kv,
+        G=G,
+        HEAD_TILES=head_tiles,
+        D=D,
+        BLOCK_D=BLOCK_D,
+        BLOCK_H=block_h,
+        BLOCK_N=block_n,
+        PAGE=page,
+        X=X,
+        PAGE_ALIGNED=(page % block_n == 0),
+        FP8_MODE=fp8_mode,
+        FP8_MUL=fp8_mul,
+        K_SCALE_PTR=kis,
+        V_SCALE_PTR=vis,
+        HAS_WINDOW=has_window,
+        HAS_CAP=has_cap,
+        HAS_SINK=has_sink,
+        DIRECT=direct,
+        COMPUTE=cdt,
+        NUM_STAGES=num_stages,
+        num_warps=num_warps,
+    )
+    if not direct:
+        block_dr = min(BLOCK_D, 64)
+        _decode_reduce_kernel[(B * H_q, triton.cdiv(D, block_dr))](
+            mid_o,
+            mid_lse,
+            sinks if has_sink else mid_o,
+            out,
+            mid_o.stride(0),
+            mid_o.stride(1),
+            mid_o.stride(2),
+            out.stride(0),
+            out.stride(1),
+            H_Q=H_q,
+            NUM_SPLITS=num_splits,
+            BLOCK_S=_pow2(num_splits),
+            D=D,
+            BLOCK_DR=block_dr,
+            HAS_SINK=has_sink,
+            num_warps=4,
+        )
+    return out
+
+
+def extend_attention_5d(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    qo_indptr: torch.Tensor,
+    kv_lens: torch.Tensor,
+    *,
+    sm_scale: float,
+    causal: bool = True,
+    k_scale=None,
+    v_scale=None,
+    fp8_dtype: Optional[torch.dtype] = None,
+    sliding_window: int = -1,
+    sinks: Optional[torch.Tensor] = None,
+    logit_cap: float = 0.0,
+    out: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """Chunked-prefill attention over SHUFFLE 5D K/V caches.
+
+    q ``(total_q, H_q, D)``; qo_indptr ``(B+1,)``; kv_lens ``(B,)`` total KV length
+    (cached prefix + new tokens, all already in the cache). New token ``i`` of
+    sequence ``b`` sits at ``p = kv_lens[b] - len_b + i`` and (causal) sees keys
+    ``0 .. p``, or with ``sliding_window = W > 0`` keys ``p - W .. p``. With
+    ``causal=False`` every key ``< kv_lens[b]`` is visible (``|p - k| <= W`` with a
+    window). Returns ``out`` ``(total_q, H_q, D)`` in q's dtype.
+    """
+    if q.dim() != 3:
+        raise ValueError(f"q must be (total_q, H_q, D), got {tuple(q.shape)}")
+    T, H_q, Dq = q.shape
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    B = qo_indptr.shape[0] - 1
+    if T == 0 or B <= 0:
+        return out
+    k, v, X, fp8_mode, fp8_mul, cdt = _kv_format(k_cache, v_cache, fp8_dtype)
+    nb, H_kv, D, page = _check_layout(k, v, X)
+    if Dq != D:
+        raise ValueError(f"q head dim {Dq} != cache head dim {D}")
+    if H_q % H_kv:
+        raise ValueError(f"H_q={H_q} is not a multiple of H_kv={H_kv}")
+    G = H_q // H_kv
+    if q.stride(2) != 1:
+        q = q.contiguous()
+    if block_tables.stride(1) != 1:
+        block_tables = block_tables.contiguous()
+
+    BLOCK_D = _pow2(D)
+    block_m = 32 if BLOCK_D <= 128 else 16
+    block_n = 32
+    qlens = (qo_indptr[1:] - qo_indptr[:-1]).to(torch.int32)
+    tiles = torch.div(qlens + (block_m - 1), block_m, rounding_mode="floor")
+    tile_indptr = torch.zeros(B + 1, dtype=torch.int32, device=q.device)
+    tile_indptr[1:] = torch.cumsum(tiles, 0)
+    max_tiles = -(-T // block_m) + B  # upper bound, no host sync
+    log_b = max(1, math.ceil(math.log2(B + 1)))
+
+    kp, kval, kis = _scale_args(k_scale, q.device)
+    vp, vval, vis = _scale_args(v_scale, q.device)
+    window = int(sliding_window) if sliding_window is not None else -1
+    has_cap = logit_cap is not None and float(logit_cap) > 0
+    has_sink = sinks is not None
+    if has_sink and sinks.dtype != torch.float32:
+        sinks = sinks.float()
+
+    _extend_5d_kernel[(max_tiles, H_q)](
+        q,
+        k,
+        v,
+        block_tables,
+        qo_indptr,
+        kv_lens,
+        tile_indptr,
+        sinks if has_sink else q,
+        out,
+        kp if kis else q,
+        vp if vis else q,
+        kval,
+        vval,
+        float(sm_scale),
+        float(logit_cap) if has_cap else 0.0,
+        window,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
+        block_tables.stride(0),
+        out.stride(0),
+        out.stride(1),
+        B,
+        LOG_B=log_b,
+        G=G,
+        D=D,
+        BLOCK_D=BLOCK_D,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        PAGE=page,
+        X=X,
+        FP8_MODE=fp8_mode,
+        FP8_MUL=fp8_mul,
+        K_SCALE_PTR=kis,
+        V_SCALE_PTR=vis,
+        CAUSAL=bool(causal),
+        HAS_WINDOW=window > 0,
+        HAS_CAP=has_cap,
+        HAS_SINK=has_sink,
+        COMPUTE=cdt,
+        num_warps=4 if BLOCK_D <= 128 else 8,
+    )
+    return out

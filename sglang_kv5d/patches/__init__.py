@@ -1,0 +1,87 @@
+"""Patch definitions: each module here binds core functions to SGLang surfaces.
+
+A patch is all-or-nothing: the engine (sglang_kv5d.activation) resolves and
+checks every binding first, builds every replacement, and only then installs
+them; if any step fails, nothing of that patch is left installed.
+
+    pool_layout_detection.py   pool-layout-detection   (AiterAttnBackend.__init__)
+    attention_dispatch.py      attention-dispatch-5d   (aiter_utils.forward_*_vectorized_5d)
+    fp8_kv_write.py            fp8-kv-write            (MHATokenToKVPool.set_kv_buffer)
+    server_args_guard.py       server-args-guard       (ServerArgs.check_server_args)
+    fail_closed.py             fail-closed-pool, fail-closed-backend (internal, always on)
+
+Every selectable patch has a human-readable manifest in the top-level
+``patches/`` folder (shipped as ``sglang_kv5d/_manifests``); a test keeps the
+manifests, this registry and the surface table in agreement.
+
+Third-party (site-specific) patches can be added through the entry-point group
+``sglang_kv5d.patches``: each entry point loads to a :class:`Patch`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+from ..surface import Surface
+
+# wrapper(wrapped, instance, args, kwargs) for WRAP surfaces; a plain function
+# with the original's parameters for REPLACE surfaces.
+MakeReplacement = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One surface a patch changes and how to build its replacement.
+
+    ``make(original)`` returns a wrapt-style wrapper function
+    ``(wrapped, instance, args, kwargs)`` when the surface's action is WRAP, or
+    the replacement function when it is REPLACE.
+    """
+
+    surface: str
+    make: MakeReplacement
+    check_signature: bool = True
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    summary: str
+    bindings: Tuple[Binding, ...]
+    # Needed for a correct 5D deployment: the fail-closed guard refuses to build
+    # a 5D pool / AITER backend when such a patch is not applied.
+    required_for_5d: bool = False
+    # Optional: given {surface id: live original}, return a reason to skip.
+    applies: Optional[Callable[[Mapping[str, Any]], Optional[str]]] = None
+    # Internal patches are always on with the gate and not selectable.
+    internal: bool = False
+    # Surfaces a third-party patch brings along (built-in ones use the table).
+    extra_surfaces: Tuple[Surface, ...] = field(default_factory=tuple)
+    # Optional registration done after the bindings are installed (for APIs
+    # that take a callback rather than an attribute). Returns an undo callable
+    # or None; raising rolls the whole patch back.
+    after_install: Optional[Callable[[], Optional[Callable[[], None]]]] = None
+
+
+# name -> "module:attribute" holding the Patch. Order matters: patches that
+# wrap the same target stack in this order and are removed in reverse.
+BUILTIN_PATCH_MODULES: Dict[str, str] = {
+    "fail-closed-pool": "sglang_kv5d.patches.fail_closed:POOL_GUARD",
+    "fail-closed-backend": "sglang_kv5d.patches.fail_closed:BACKEND_GUARD",
+    "pool-layout-detection": "sglang_kv5d.patches.pool_layout_detection:PATCH",
+    "attention-dispatch-5d": "sglang_kv5d.patches.attention_dispatch:PATCH",
+    "fp8-kv-write": "sglang_kv5d.patches.fp8_kv_write:PATCH",
+    "server-args-guard": "sglang_kv5d.patches.server_args_guard:PATCH",
+}
+
+ENTRY_POINT_GROUP = "sglang_kv5d.patches"
+
+
+def load_builtin(name: str) -> Patch:
+    modname, _, attr = BUILTIN_PATCH_MODULES[name].partition(":")
+    patch = getattr(importlib.import_module(modname), attr)
+    if patch.name != name:
+        raise RuntimeError(f"{modname}.{attr} is named {patch.name!r}, expected {name!r}")
+    return patch

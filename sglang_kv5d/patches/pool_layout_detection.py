@@ -1,0 +1,50 @@
+"""pool-layout-detection: make AiterAttnBackend see 5D through composite pools.
+
+Upstream decides ``kv_cache_is_vectorized_5d`` with a closure that only looks
+inside SWAKVPool, so a HybridLinearKVPool (Qwen3.5) holding SHUFFLE 5D buffers
+is treated as NHD. After ``AiterAttnBackend.__init__`` this patch recomputes
+the flag from the physical buffers (sglang_kv5d.pools.is_vectorized_5d) and
+then the decode page-table flag that follows from it.
+"""
+
+from __future__ import annotations
+
+from . import Binding, Patch
+
+
+def apply_layout_flags(backend, is_5d: bool) -> None:
+    """Set the backend's layout flags for a pool that is (or is not) 5D.
+
+    SGLang 0.5.23 keys every decode metadata / CUDA-graph site on
+    ``decode_uses_page_table``; recompute it. Before 0.5.23 the 2-D decode page
+    table that pa_decode_gluon needs exists only when
+    ``use_triton_unified_attention`` is set, so set it for 5D, and keep
+    ``_use_unified_verify`` off (verify views the cache as NHD: not 5D-safe).
+    """
+    backend.kv_cache_is_vectorized_5d = bool(is_5d)
+    if hasattr(backend, "decode_uses_page_table"):
+        backend.decode_uses_page_table = bool(backend.use_triton_unified_attention or is_5d)
+    elif is_5d and not getattr(backend, "use_mla", False):
+        backend.use_triton_unified_attention = True
+        if hasattr(backend, "_use_unified_verify"):
+            backend._use_unified_verify = False
+
+
+def _make(original):
+    def after_init(wrapped, instance, args, kwargs):
+        result = wrapped(*args, **kwargs)
+        model_runner = args[0] if args else kwargs["model_runner"]
+        from ..pools import is_vectorized_5d
+
+        apply_layout_flags(instance, is_vectorized_5d(model_runner.token_to_kv_pool))
+        return result
+
+    return after_init
+
+
+PATCH = Patch(
+    name="pool-layout-detection",
+    summary="AiterAttnBackend recognises 5D KV pools inside HybridLinearKVPool, SWA and nested pools.",
+    bindings=(Binding("aiter_backend.init", _make),),
+    required_for_5d=True,
+)

@@ -1,0 +1,255 @@
+"""The surface table: every SGLang object the overlay touches, in one place.
+
+Each row names a target as ``"dotted.module:Qual.name"``. Rows with several
+targets list the places a moved symbol has lived, newest first; the first one
+that resolves wins (probing, never version strings). ``action`` says what the
+overlay does with it:
+
+    wrap      wrapped in place (wrapt FunctionWrapper); the original is kept
+              and restored by deactivate()
+    replace   replaced by a function with the same parameters; from-import
+              copies listed in ``copies`` are rebound too
+    read      only read or called (probes, kernels we call, registration APIs)
+
+``params`` lists the parameter-name prefixes accepted for the target (one tuple
+per known signature). Before patching, ``inspect.signature`` of the live object
+must start with one of them, or the patch fails with expected versus found.
+The contract test (tests/test_surface_contract.py) checks every row against
+the source of several SGLang wheels without importing them, and checks that
+every row is used by a patch manifest in patches/ or marked as a probe.
+
+Standard library only: the bootstrap and the doctor read this table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+WRAP = "wrap"
+REPLACE = "replace"
+READ = "read"
+
+
+@dataclass(frozen=True)
+class Surface:
+    id: str
+    targets: Tuple[str, ...]
+    action: str
+    params: Optional[Tuple[Tuple[str, ...], ...]]
+    why: str
+    upstream: str
+    removal: str
+    copies: Tuple[str, ...] = ()
+    # What SGLang computes when the module is imported and a later activation
+    # cannot change (reported by activate() when the module was already loaded).
+    frozen_at_import: str = ""
+    # Versions (inclusive, as text) where the target is known to exist; outside
+    # them the contract test expects it to be absent or moved.
+    since: str = "0.5.13.post1"
+
+    @property
+    def modules(self) -> Tuple[str, ...]:
+        return tuple(t.split(":", 1)[0] for t in self.targets)
+
+
+_AITER_BACKEND = "sglang.srt.layers.attention.aiter_backend"
+_AITER_UTILS = "sglang.srt.layers.attention.aiter_utils"
+_MEMORY_POOL = "sglang.srt.mem_cache.memory_pool"
+
+_ROWS = (
+    Surface(
+        id="aiter_backend.init",
+        targets=(f"{_AITER_BACKEND}:AiterAttnBackend.__init__",),
+        action=WRAP,
+        params=(("self", "model_runner", "skip_prefill", "kv_indptr_buf", "topk"),),
+        why=(
+            "The 5D check is a closure inside __init__ that only looks into SWAKVPool: a "
+            "HybridLinearKVPool (Qwen3.5) holding 5D buffers is reported as NHD. After __init__ "
+            "the overlay recomputes kv_cache_is_vectorized_5d from the physical buffers and the "
+            "decode page-table flag (decode_uses_page_table on 0.5.23, use_triton_unified_attention "
+            "before). The fail-closed guard also runs here."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23",
+        removal="when AiterAttnBackend detects 5D through composite pools (HybridLinearKVPool, nested)",
+    ),
+    Surface(
+        id="aiter_utils.forward_extend_vectorized_5d",
+        targets=(f"{_AITER_UTILS}:forward_extend_vectorized_5d",),
+        action=REPLACE,
+        params=(("backend", "q", "k", "v", "layer", "forward_batch", "bs0", "window_size", "sinks"),),
+        copies=(_AITER_BACKEND,),
+        why=(
+            "Resolves sub-pools only through layers_mapping (SWA), reads raw buffers without "
+            "the layer-transfer wait, and has no way out when aiter has no kernel (page 64)."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23",
+        removal="when upstream resolves hybrid pools, waits for the layer and has a portable fallback",
+    ),
+    Surface(
+        id="aiter_utils.forward_decode_vectorized_5d",
+        targets=(f"{_AITER_UTILS}:forward_decode_vectorized_5d",),
+        action=REPLACE,
+        params=(("backend", "q", "layer", "forward_batch", "k_cache", "v_cache", "o", "sinks"),),
+        copies=(_AITER_BACKEND,),
+        why=(
+            "Never passes query_scale and calls pa_decode_gluon in a form that raises on aiter "
+            "v0.1.10 .. v0.1.13; no portable path when aiter is missing."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23",
+        removal="when upstream calls pa_decode_gluon by keyword with query_scale",
+    ),
+    Surface(
+        id="memory_pool.MHATokenToKVPool.set_kv_buffer",
+        targets=(f"{_MEMORY_POOL}:MHATokenToKVPool.set_kv_buffer",),
+        action=WRAP,
+        params=(
+            ("self", "layer", "loc_info", "cache_k", "cache_v", "k_scale", "v_scale"),
+            ("self", "layer", "loc", "cache_k", "cache_v", "k_scale", "v_scale"),
+        ),
+        why=(
+            "The FP8 path divides the caller's k/v in place (corrupting the fresh-prompt extend "
+            "that attends over them afterwards), turns out-of-range values into NaN on "
+            "e4m3fnuz, and takes 3-5 kernels; the overlay writes NHD and 5D FP8 in one kernel."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23",
+        removal="when upstream quantizes out of place with saturation in one kernel",
+        frozen_at_import="memory_pool._use_aiter (SGLANG_USE_AITER is read once, at import)",
+    ),
+    Surface(
+        id="memory_pool.MHATokenToKVPool.__init__",
+        targets=(f"{_MEMORY_POOL}:MHATokenToKVPool.__init__",),
+        action=WRAP,
+        params=None,
+        why=(
+            "Fail-closed guard: when 5D is requested and a patch that 5D needs is not applied, "
+            "building the first MHA pool raises an error naming the patch (SGLang swallows "
+            "plugin exceptions, so activation alone cannot stop startup)."
+        ),
+        upstream="n/a (overlay policy)",
+        removal="never while the overlay patches correctness",
+    ),
+    Surface(
+        id="server_args.ServerArgs.check_server_args",
+        targets=("sglang.srt.server_args:ServerArgs.check_server_args",),
+        action=WRAP,
+        params=(("self",),),
+        why=(
+            "Runs the launch rules (unified memory, speculative decoding, HiCache/LMCache, HND, "
+            "page size, backend) inside SGLang, so launch_server and sgl.Engine scripts get them."
+        ),
+        upstream="SGLang has no 5D compatibility checks in any version",
+        removal="when SGLang validates these combinations itself",
+    ),
+    Surface(
+        id="resolution_hooks.register_resolution_hook",
+        targets=("sglang.srt.arg_groups.resolution_hooks:register_resolution_hook",),
+        action=READ,
+        params=(("name",),),
+        why="0.5.20+: the same rules also run as a handle_other_validations resolution hook.",
+        upstream="API exists from 0.5.20",
+        removal="n/a (supported plugin API)",
+        since="0.5.20",
+    ),
+    Surface(
+        id="kernels.launch_gather_shuffle_5d_to_linear",
+        targets=(
+            "sglang.kernels.ops.kvcache.shuffle_5d_cache:launch_gather_shuffle_5d_to_linear",
+            "sglang.kernels.ops.attention.utils:launch_gather_shuffle_5d_to_linear",
+            "sglang.srt.layers.attention.utils:launch_gather_shuffle_5d_to_linear",
+        ),
+        action=READ,
+        params=(("key_cache", "value_cache", "slot_mapping"),),
+        why="SGLang's 5D -> linear gather; used by the aiter extend path and as the reader in tests.",
+        upstream="moved in 0.5.16 and again in 0.5.23",
+        removal="n/a (called, not patched)",
+    ),
+    Surface(
+        id="kernels.launch_reshape_and_cache_shuffle_5d",
+        targets=(
+            "sglang.kernels.ops.kvcache.shuffle_5d_cache:launch_reshape_and_cache_shuffle_5d",
+            "sglang.kernels.ops.attention.utils:launch_reshape_and_cache_shuffle_5d",
+            "sglang.srt.layers.attention.utils:launch_reshape_and_cache_shuffle_5d",
+        ),
+        action=READ,
+        params=(("key", "value", "key_cache", "value_cache", "slot_mapping"),),
+        why="SGLang's unscaled 5D writer: the peer in benchmarks and the upstream path the FP8 patch replaces.",
+        upstream="moved in 0.5.16 and again in 0.5.23",
+        removal="n/a (called, not patched)",
+    ),
+    Surface(
+        id="kernels.fp8_dtype",
+        targets=(
+            "sglang.kernels.ops.quantization.fp8_kernel:fp8_dtype",
+            "sglang.srt.layers.quantization.fp8_kernel:fp8_dtype",
+        ),
+        action=READ,
+        params=None,
+        why="The platform's fp8 dtype (e4m3fnuz on gfx942, e4m3fn elsewhere).",
+        upstream="moved in 0.5.16",
+        removal="n/a (read)",
+    ),
+    Surface(
+        id="memory_pool.HybridLinearKVPool._wait_for_layer",
+        targets=(f"{_MEMORY_POOL}:HybridLinearKVPool._wait_for_layer",),
+        action=READ,
+        params=(("self", "layer_id"),),
+        why="Layer-wise HiCache/LMCache loading: reads through a hybrid pool wait for the layer first.",
+        upstream="exists from 0.5.10.post1",
+        removal="n/a (called)",
+    ),
+    Surface(
+        id="swa_memory_pool.SWAKVPool",
+        targets=("sglang.srt.mem_cache.swa_memory_pool:SWAKVPool",),
+        action=READ,
+        params=None,
+        why="SWA composite pool (layers_mapping, full_kv_pool, swa_kv_pool) walked by 5D detection.",
+        upstream="stable",
+        removal="n/a (read)",
+    ),
+    Surface(
+        id="plugins.load_plugins",
+        targets=("sglang.srt.plugins:load_plugins",),
+        action=READ,
+        params=((),),
+        why="SGLang's plugin loader calls the 'kv5d' entry point (sglang.srt.plugins group).",
+        upstream="exists from 0.5.11",
+        removal="n/a (activation route)",
+    ),
+)
+
+SURFACES: Dict[str, Surface] = {row.id: row for row in _ROWS}
+
+# Functions SGLang hands to multiprocessing as process targets. Wrapping one with
+# a wrapt proxy breaks pickling under spawn, so the engine refuses to.
+PROCESS_TARGET_NAMES = frozenset(
+    {
+        "run_scheduler_process",
+        "run_detokenizer_process",
+        "run_data_parallel_controller_process",
+        "run_tokenizer_process",
+        "run_multi_tokenizer_process",
+    }
+)
+
+
+def split_target(target: str) -> Tuple[str, Tuple[str, ...]]:
+    """``"pkg.mod:Cls.meth"`` -> ``("pkg.mod", ("Cls", "meth"))``."""
+    module, _, qual = target.partition(":")
+    if not module or not qual:
+        raise ValueError(f"surface target {target!r} must look like 'package.module:Name.attr'")
+    return module, tuple(qual.split("."))
+
+
+def params_match(found: Tuple[str, ...], accepted: Optional[Tuple[Tuple[str, ...], ...]]) -> bool:
+    """Does a found parameter list start with one of the accepted prefixes?"""
+    if accepted is None:
+        return True
+    return any(found[: len(prefix)] == prefix for prefix in accepted)
+
+
+def describe_params(accepted: Optional[Tuple[Tuple[str, ...], ...]]) -> str:
+    if accepted is None:
+        return "(any)"
+    return " or ".join("(" + ", ".join(p) + ", ...)" for p in accepted)
+

@@ -1,0 +1,1 @@
+"""Shared test helpers (pool builders, the fake aiter on sys.path, references)."""
