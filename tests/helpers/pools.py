@@ -212,9 +212,18 @@ def make_nested_pool(*, dtype: torch.dtype = torch.bfloat16, page_size: int = 16
     )
 
 
-def layer_done_counter(num_layers: int):
-    """A real SGLang LayerDoneCounter (CPU events) with an active consumer."""
+def layer_done_counter(num_layers: int, monkeypatch=None):
+    """A real SGLang LayerDoneCounter (CPU events) with an active consumer.
+
+    0.5.16's cache_controller binds ``device_module = torch.get_device_module()``
+    (torch.cuda on a CUDA build even without a GPU; 0.5.23 picks torch.cpu), so
+    without a GPU the module global is pointed at torch.cpu for the test.
+    """
     cc = importlib.import_module("sglang.srt.managers.cache_controller")
+    if not torch.cuda.is_available() and getattr(cc, "device_module", None) is torch.cuda:
+        if monkeypatch is None:
+            raise RuntimeError("pass monkeypatch: SGLang's cache_controller uses torch.cuda here")
+        monkeypatch.setattr(cc, "device_module", torch.cpu)
     counter = cc.LayerDoneCounter(num_layers)
     counter.set_consumer(0)
     return counter
