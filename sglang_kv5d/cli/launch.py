@@ -1,0 +1,148 @@
+"""``sglang-kv5d launch`` and ``sglang-kv5d check`` (click commands).
+
+click never parses these commands' arguments: the raw argv goes to
+sglang_kv5d.launcher, which takes only full ``--kv5d-*`` names before ``--``
+and hands every other token to SGLang's own parser untouched. (click's
+``ignore_unknown_options`` would let an option of ours swallow an SGLang
+option of the same name and forward typos of ours silently.) The click
+options below exist only so that ``--help`` documents them.
+
+``python -m sglang_kv5d.cli.launch launch|check ...`` runs these commands
+without the package's console script (tests use it).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional, Sequence
+
+import click
+
+_ARGV_KEY = "sglang_kv5d.launch.argv"
+
+
+class _RawArgsCommand(click.Command):
+    """A click command whose arguments reach the callback unparsed."""
+
+    def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        ctx.meta[_ARGV_KEY] = list(args)
+        ctx.args = []
+        return []
+
+
+def _doc_options(command: str) -> List[click.Parameter]:
+    opts = [
+        click.Option(["--kv5d-profile"], metavar="FILE",
+                     help="Launch profile (TOML: description, args, [env]). Command-line SGLang options "
+                          "come after the profile's and replace profile options of the same name."),
+        click.Option(["--kv5d-platform"], type=click.Choice(["auto", "rocm", "cuda", "cpu"]), default="auto",
+                     show_default=True,
+                     help="Platform the rules judge (auto: torch.version.hip, CUDA, /opt/rocm). Use rocm to "
+                          "lint a ROCm launch from another machine."),
+        click.Option(["--kv5d-strict/--kv5d-no-strict"], default=None,
+                     help="Set SGLANG_KV5D_STRICT=1/0 (default: leave it; the overlay is strict unless told "
+                          "otherwise): fail start-up when a patch 5D needs cannot apply."),
+        click.Option(["--kv5d-env"], metavar="NAME=VALUE", multiple=True,
+                     help="Set a variable for SGLang; beats the environment and the profile. Repeatable."),
+        click.Option(["--kv5d-json"], is_flag=True,
+                     help="Findings as JSON (check: a list on stdout; launch --kv5d-dry-run: the whole plan)."),
+    ]
+    if command == "launch":
+        opts.insert(1, click.Option(["--kv5d-dry-run"], is_flag=True,
+                                    help="Print the environment changes and the exact command, each with its "
+                                         "origin, and exit: 0 if the check passed, 1 if not, 2 on a usage error."))
+    else:
+        opts.append(click.Option(["--explain", "--kv5d-explain"], metavar="ID",
+                                 help="Print a rule's documentation (e.g. KV5D005) and exit."))
+    return opts
+
+
+_PRECEDENCE = (
+    "\b\nEnvironment for SGLang, highest precedence first:\n"
+    "  1. command line (--kv5d-env, --kv5d-strict/--kv5d-no-strict)\n"
+    "  2. variables already exported in this shell\n"
+    "  3. the profile's [env] table\n"
+    "  4. defaults: SGLANG_KV5D=1 (always)"
+)
+
+
+def _make_launch() -> click.Command:
+    def callback() -> None:
+        from .. import launcher
+
+        ctx = click.get_current_context()
+        code = launcher.run_launch(ctx.meta.get(_ARGV_KEY, []), help_text=ctx.get_help())
+        ctx.exit(code)
+
+    return _RawArgsCommand(
+        "launch",
+        callback=callback,
+        params=_doc_options("launch"),
+        options_metavar="[KV5D OPTIONS]",
+        help=(
+            "Check, then exec `python -m sglang.launch_server SGLANG_ARGS...` under this interpreter "
+            "with SGLANG_KV5D=1.\n\n"
+            "Usage: sglang-kv5d launch [--kv5d-* OPTIONS] [--] SGLANG_ARGS...\n\n"
+            "Only full --kv5d-* names are ours (anywhere before `--`); every other argument, e.g. --tp, "
+            "--port, --model-path, reaches SGLang untouched and is parsed by the installed SGLang's own "
+            "parser first. Options SGLang renamed between releases are translated with a warning. "
+            "`-- --help` shows SGLang's help.\n\n" + _PRECEDENCE
+        ),
+        short_help="Check the configuration, then exec SGLang with the overlay on.",
+        add_help_option=False,
+    )
+
+
+def _make_check() -> click.Command:
+    def callback() -> None:
+        from .. import launcher
+
+        ctx = click.get_current_context()
+        code = launcher.run_check(ctx.meta.get(_ARGV_KEY, []), help_text=ctx.get_help())
+        ctx.exit(code)
+
+    return _RawArgsCommand(
+        "check",
+        callback=callback,
+        params=_doc_options("check"),
+        options_metavar="[KV5D OPTIONS]",
+        help=(
+            "Run the launch rules (KV5D001..) on the arguments `launch` would use; never starts SGLang.\n\n"
+            "Usage: sglang-kv5d check [--kv5d-* OPTIONS] [--explain ID] [--] SGLANG_ARGS...\n\n"
+            "Exit status: 0 no errors (warnings allowed), 1 errors, 2 usage (including arguments "
+            "SGLang's parser rejects).\n\n" + _PRECEDENCE
+        ),
+        short_help="Check a launch configuration against the KV5D rules.",
+        add_help_option=False,
+    )
+
+
+def register(group: click.Group) -> None:
+    """Add the ``launch`` and ``check`` commands to the ``sglang-kv5d`` group."""
+    group.add_command(_make_launch())
+    group.add_command(_make_check())
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Stand-alone entry: a group with just launch and check."""
+
+    @click.group(name="sglang-kv5d")
+    def group() -> None:
+        """sglang-kv5d launch/check."""
+
+    register(group)
+    try:
+        rv = group.main(args=list(sys.argv[1:] if argv is None else argv), prog_name="sglang-kv5d",
+                        standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code or 0)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        return 1
+    return int(rv or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
