@@ -32,7 +32,7 @@ def _replacement(core_name: str):
 
 PATCH = Patch(
     name="attention-dispatch-5d",
-    summary="5D extend/decode through hybrid/SWA/nested pools with the layer wait; keyword aiter calls; Triton fallback.",
+    summary="5D extend/decode through hybrid/SWA/nested pools with the layer wait; keyword-only aiter calls; portable Triton path.",
     bindings=(
         Binding("aiter_utils.forward_extend_vectorized_5d", _replacement("forward_extend_vectorized_5d")),
         Binding("aiter_utils.forward_decode_vectorized_5d", _replacement("forward_decode_vectorized_5d")),

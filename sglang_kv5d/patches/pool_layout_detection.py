@@ -44,7 +44,7 @@ def _make(original):
 
 PATCH = Patch(
     name="pool-layout-detection",
-    summary="AiterAttnBackend recognises 5D KV pools inside HybridLinearKVPool, SWA and nested pools.",
+    summary="AiterAttnBackend recognises SHUFFLE 5D KV pools inside HybridLinearKVPool, SWA and nested pools.",
     bindings=(Binding("aiter_backend.init", _make),),
     required_for_5d=True,
 )

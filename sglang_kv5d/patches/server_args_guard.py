@@ -56,7 +56,7 @@ def _register_resolution_hook():
 
 PATCH = Patch(
     name="server-args-guard",
-    summary="Run the launch rules (KV5D001..) inside SGLang's server-args validation.",
+    summary="Run the launch rules (KV5D001..KV5D012) inside SGLang's server-args validation.",
     bindings=(Binding("server_args.ServerArgs.check_server_args", _make),),
     after_install=_register_resolution_hook,
 )
