@@ -114,6 +114,136 @@ def _load_scale(ptr, val, IS_PTR: tl.constexpr):
         return val
 
 
+@triton.jit
+def _load_kv_tile(
+    k_head,
+    v_head,
+    bt_row,
+    n0,
+    ctx,
+    stride_kb,
+    stride_kc,
+    stride_vb,
+    stride_vc,
+    D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PAGE: tl.constexpr,
+    X: tl.constexpr,
+    PAGE_ALIGNED: tl.constexpr,
+    LOAD3D: tl.constexpr,
+    FP8_MODE: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
+    """K^T tile ``[BLOCK_D, BLOCK_N]`` and V tile ``[BLOCK_N, BLOCK_D]`` for tokens
+    ``n0 .. n0 + BLOCK_N - 1`` of one sequence / KV head, in COMPUTE dtype.
+
+    Tokens past ``ctx`` read block 0 (in bounds, values garbage): callers mask them.
+    ``n0`` is a multiple of BLOCK_N (a multiple of X), so every X-group of tokens
+    lies in one page at consecutive offsets.
+    """
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    if LOAD3D:
+        # Load in the memory's own order (16 contiguous bytes per (chunk, token) for K,
+        # per (token group, dim) for V, neighbouring lanes on neighbouring 16-byte
+        # vectors), then permute to the dot operands.
+        BLOCK_C: tl.constexpr = BLOCK_D // X
+        TC: tl.constexpr = BLOCK_N // X
+        oc = tl.arange(0, BLOCK_C)
+        ox = tl.arange(0, X)
+        otc = tl.arange(0, TC)
+        k_off = oc[:, None, None] * stride_kc + ox[None, None, :]  # [C, 1, X]
+        v_off = offs_d[None, :, None] * X + ox[None, None, :]  # [1, BLOCK_D, X]
+        if PAGE_ALIGNED:
+            blk = tl.load(bt_row + n0 // PAGE).to(tl.int64)
+            t0 = n0 % PAGE
+            k_ptrs = k_head + blk * stride_kb + ((t0 + offs_n) * X)[None, :, None] + k_off
+            v_ptrs = (
+                v_head + blk * stride_vb + ((t0 // X + otc) * stride_vc)[:, None, None] + v_off
+            )
+        else:
+            tok = n0 + offs_n
+            blk = tl.load(bt_row + tok // PAGE, mask=tok < ctx, other=0).to(tl.int64)
+            k_ptrs = k_head + (blk * stride_kb + (tok % PAGE) * X)[None, :, None] + k_off
+            tokg = n0 + otc * X
+            blkg = tl.load(bt_row + tokg // PAGE, mask=tokg < ctx, other=0).to(tl.int64)
+            v_ptrs = (
+                v_head
+                + (blkg * stride_vb + ((tokg % PAGE) // X) * stride_vc)[:, None, None]
+                + v_off
+            )
+        if BLOCK_D == D:
+            k3 = tl.load(k_ptrs)
+            v3 = tl.load(v_ptrs)
+        else:
+            k3 = tl.load(k_ptrs, mask=(oc < D // X)[:, None, None], other=0)
+            v3 = tl.load(v_ptrs, mask=(offs_d < D)[None, :, None], other=0)
+        if FP8_MODE > 0:
+            k3 = _fp8_to_f16(k3, FP8_MODE)
+            v3 = _fp8_to_f16(v3, FP8_MODE)
+        k = tl.reshape(tl.permute(k3.to(COMPUTE), (0, 2, 1)), (BLOCK_D, BLOCK_N))
+        v = tl.reshape(tl.permute(v3.to(COMPUTE), (0, 2, 1)), (BLOCK_N, BLOCK_D))
+    else:
+        k_dpart = (offs_d[:, None] // X) * stride_kc + (offs_d[:, None] % X)
+        v_dpart = offs_d[None, :] * X
+        if PAGE_ALIGNED:
+            blk = tl.load(bt_row + n0 // PAGE).to(tl.int64)
+            t0 = n0 % PAGE
+            k_ptrs = k_head + blk * stride_kb + t0 * X + (offs_n * X)[None, :] + k_dpart
+            v_ptrs = (
+                v_head
+                + blk * stride_vb
+                + (t0 // X) * stride_vc
+                + ((offs_n // X) * stride_vc + (offs_n % X))[:, None]
+                + v_dpart
+            )
+        else:
+            tok = n0 + offs_n
+            blk = tl.load(bt_row + tok // PAGE, mask=tok < ctx, other=0).to(tl.int64)
+            t = tok % PAGE
+            k_ptrs = k_head + (blk * stride_kb + t * X)[None, :] + k_dpart
+            v_ptrs = (
+                v_head + (blk * stride_vb + (t // X) * stride_vc + (t % X))[:, None] + v_dpart
+            )
+        if BLOCK_D == D:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        else:
+            k = tl.load(k_ptrs, mask=(offs_d < D)[:, None], other=0)
+            v = tl.load(v_ptrs, mask=(offs_d < D)[None, :], other=0)
+        if FP8_MODE > 0:
+            k = _fp8_to_f16(k, FP8_MODE)
+            v = _fp8_to_f16(v, FP8_MODE)
+        k = k.to(COMPUTE)
+        v = v.to(COMPUTE)
+    return k, v
+
+
+@triton.jit
+def _softmax_step(
+    q, k, v, m_i, l_i, acc, valid, qk_scale, logit_cap,
+    HAS_CAP: tl.constexpr, MASK_S: tl.constexpr, MASK_V: tl.constexpr,
+):
+    """One online-softmax step (log2 domain) over a K/V tile; ``valid`` is per key."""
+    s = tl.dot(q, k) * qk_scale
+    if HAS_CAP:
+        s = logit_cap * _tanh(s / logit_cap)
+    s = s * 1.4426950408889634
+    if MASK_S:
+        s = tl.where(valid[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if MASK_V:
+        # slots past the context may hold anything (NaN included): 0 * NaN = NaN
+        v = tl.where(valid[:, None], v, 0.0)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc
+
+
 # --------------------------------------------------------------------------- decode
 
 
@@ -149,7 +279,7 @@ def _decode_5d_kernel(
     stride_mb,
     stride_mh,
     stride_ms,
-    NUM_SPLITS: tl.constexpr,
+    NUM_SPLITS,
     H_KV: tl.constexpr,
     G: tl.constexpr,
     HEAD_TILES: tl.constexpr,
@@ -170,6 +300,7 @@ def _decode_5d_kernel(
     DIRECT: tl.constexpr,
     COMPUTE: tl.constexpr,
     NUM_STAGES: tl.constexpr,
+    LOAD3D: tl.constexpr,
 ):
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -207,60 +338,35 @@ def _decode_5d_kernel(
         other=0.0,
     ).to(COMPUTE)
 
-    # address parts that do not depend on the tile
-    k_dpart = (offs_d[:, None] // X) * stride_kc + (offs_d[:, None] % X)  # [BLOCK_D, 1]
-    v_dpart = offs_d[None, :] * X  # [1, BLOCK_D]
     k_head = K + kvh.to(tl.int64) * stride_kh
     v_head = V + kvh.to(tl.int64) * stride_vh
     bt_row = BT + b * stride_btb
-    if PAGE_ALIGNED:
-        k_tok = offs_n[None, :] * X  # [1, BLOCK_N]
-        v_tok = (offs_n[:, None] // X) * stride_vc + (offs_n[:, None] % X)  # [BLOCK_N, 1]
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
 
-    for n0 in tl.range(start, end, BLOCK_N, num_stages=NUM_STAGES):
-        tok = n0 + offs_n
-        valid = (tok < ctx) & (tok >= lo)
-        if PAGE_ALIGNED:
-            blk = tl.load(bt_row + n0 // PAGE).to(tl.int64)
-            t0 = n0 % PAGE
-            k_ptrs = k_head + blk * stride_kb + t0 * X + k_tok + k_dpart
-            v_ptrs = v_head + blk * stride_vb + (t0 // X) * stride_vc + v_tok + v_dpart
-        else:
-            blk = tl.load(bt_row + tok // PAGE, mask=tok < ctx, other=0).to(tl.int64)
-            t = tok % PAGE
-            k_ptrs = k_head + blk[None, :] * stride_kb + (t * X)[None, :] + k_dpart
-            v_ptrs = (
-                v_head
-                + blk[:, None] * stride_vb
-                + ((t // X) * stride_vc + (t % X))[:, None]
-                + v_dpart
-            )
-        if BLOCK_D == D:
-            k = tl.load(k_ptrs)
-            v = tl.load(v_ptrs)
-        else:
-            k = tl.load(k_ptrs, mask=mask_d[:, None], other=0)
-            v = tl.load(v_ptrs, mask=mask_d[None, :], other=0)
-        if FP8_MODE > 0:
-            k = _fp8_to_f16(k, FP8_MODE)
-            v = _fp8_to_f16(v, FP8_MODE)
-        s = tl.dot(q, k.to(COMPUTE)) * qk_scale
-        if HAS_CAP:
-            s = logit_cap * _tanh(s / logit_cap)
-        s = tl.where(valid[None, :], s * 1.4426950408889634, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        # slots past the context may hold anything (NaN included): 0 * NaN = NaN
-        v = tl.where(valid[:, None], v.to(COMPUTE), 0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(COMPUTE), v)
-        m_i = m_new
+    # Tiles entirely inside the context need no V masking (their slots hold written
+    # data); only the sequence's last, partial tile does, so it is peeled off.
+    full_end = tl.minimum(end, (ctx // BLOCK_N) * BLOCK_N)
+    for n0 in tl.range(start, full_end, BLOCK_N, num_stages=NUM_STAGES):
+        k, v = _load_kv_tile(
+            k_head, v_head, bt_row, n0, ctx, stride_kb, stride_kc, stride_vb, stride_vc,
+            D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE,
+        )
+        m_i, l_i, acc = _softmax_step(
+            q, k, v, m_i, l_i, acc, n0 + offs_n >= lo, qk_scale, logit_cap, HAS_CAP, HAS_WINDOW, False
+        )
+    tail = tl.maximum(full_end, start)
+    if tail < end:
+        tok = tail + offs_n
+        k, v = _load_kv_tile(
+            k_head, v_head, bt_row, tail, ctx, stride_kb, stride_kc, stride_vb, stride_vc,
+            D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE,
+        )
+        m_i, l_i, acc = _softmax_step(
+            q, k, v, m_i, l_i, acc, (tok < ctx) & (tok >= lo), qk_scale, logit_cap, HAS_CAP, True, True
+        )
 
     if DIRECT:
         if HAS_SINK:
@@ -301,8 +407,8 @@ def _decode_reduce_kernel(
     stride_ms,
     stride_ob,
     stride_oh,
+    NUM_SPLITS,
     H_Q: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
     BLOCK_S: tl.constexpr,
     D: tl.constexpr,
     BLOCK_DR: tl.constexpr,
@@ -397,6 +503,7 @@ def _extend_5d_kernel(
     HAS_CAP: tl.constexpr,
     HAS_SINK: tl.constexpr,
     COMPUTE: tl.constexpr,
+    LOAD3D: tl.constexpr,
 ):
     tile = tl.program_id(0)
     hq = tl.program_id(1)
@@ -450,8 +557,6 @@ def _extend_5d_kernel(
             lo = tl.maximum(pos_first - window, 0)
         lo = (lo // BLOCK_N) * BLOCK_N
 
-        k_dpart = (offs_d[:, None] // X) * stride_kc + (offs_d[:, None] % X)
-        v_dpart = offs_d[None, :] * X
         k_head = K + kvh.to(tl.int64) * stride_kh
         v_head = V + kvh.to(tl.int64) * stride_vh
         bt_row = BT + b.to(tl.int64) * stride_btb
@@ -462,21 +567,11 @@ def _extend_5d_kernel(
         for n0 in range(lo, hi, BLOCK_N):
             tok = n0 + offs_n
             in_ctx = tok < kv_len
-            blk = tl.load(bt_row + tok // PAGE, mask=in_ctx, other=0).to(tl.int64)
-            t = tok % PAGE
-            k_ptrs = k_head + blk[None, :] * stride_kb + (t * X)[None, :] + k_dpart
-            v_ptrs = (
-                v_head
-                + blk[:, None] * stride_vb
-                + ((t // X) * stride_vc + (t % X))[:, None]
-                + v_dpart
+            k, v = _load_kv_tile(
+                k_head, v_head, bt_row, n0, kv_len, stride_kb, stride_kc, stride_vb, stride_vc,
+                D, BLOCK_D, BLOCK_N, PAGE, X, PAGE % BLOCK_N == 0, LOAD3D, FP8_MODE, COMPUTE,
             )
-            k = tl.load(k_ptrs, mask=mask_d[:, None], other=0)
-            v = tl.load(v_ptrs, mask=mask_d[None, :], other=0)
-            if FP8_MODE > 0:
-                k = _fp8_to_f16(k, FP8_MODE)
-                v = _fp8_to_f16(v, FP8_MODE)
-            s = tl.dot(q, k.to(COMPUTE)) * qk_scale
+            s = tl.dot(q, k) * qk_scale
             if HAS_CAP:
                 s = logit_cap * _tanh(s / logit_cap)
             valid = in_ctx[None, :] & mask_m[:, None]
@@ -492,7 +587,7 @@ def _extend_5d_kernel(
             alpha = tl.exp2(m_i - m_safe)
             p = tl.exp2(s - m_safe[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.where(in_ctx[:, None], v.to(COMPUTE), 0.0)
+            v = tl.where(in_ctx[:, None], v, 0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(COMPUTE), v)
             m_i = m_new
 
@@ -630,15 +725,15 @@ def _pow2(n: int) -> int:
 
 
 def _decode_config(D: int, G: int, page: int, X: int, fp8: bool):
-    """(BLOCK_N, BLOCK_H, num_warps, num_stages) for the decode kernel."""
+    """(BLOCK_N, BLOCK_H, num_warps, num_stages, LOAD3D) for the decode kernel."""
     block_h = max(16, min(64, _pow2(G)))
     block_n = 64 if page % 64 == 0 else (32 if page % 32 == 0 else 64)
-    if page % block_n:
-        block_n = 32
+    if page % block_n and page % 16 == 0 and page < 64:
+        block_n = max(16, page)
     BD = _pow2(D)
     num_warps = 8 if BD * block_n >= 256 * 64 else 4
     num_stages = 2
-    return block_n, block_h, num_warps, num_stages
+    return block_n, block_h, num_warps, num_stages, True
 
 
 def default_num_splits(batch: int, num_kv_heads: int, head_tiles: int, max_tokens: int, device) -> int:
@@ -700,9 +795,8 @@ def decode_attention_5d(
         block_tables = block_tables.contiguous()
 
     if _config is None:
-        block_n, block_h, num_warps, num_stages = _decode_config(D, G, page, X, fp8_mode > 0)
-    else:
-        block_n, block_h, num_warps, num_stages = _config
+        _config = _decode_config(D, G, page, X, fp8_mode > 0)
+    block_n, block_h, num_warps, num_stages, load3d = _config
     head_tiles = -(-G // block_h)
     if num_splits is None:
         num_splits = default_num_splits(
@@ -765,7 +859,7 @@ def decode_attention_5d(
         sm[0],
         sm[1],
         sm[2],
-        NUM_SPLITS=num_splits,
+        num_splits,
         H_KV=H_kv,
         G=G,
         HEAD_TILES=head_tiles,
@@ -786,6 +880,7 @@ def decode_attention_5d(
         DIRECT=direct,
         COMPUTE=cdt,
         NUM_STAGES=num_stages,
+        LOAD3D=bool(load3d),
         num_warps=num_warps,
     )
     if not direct:
@@ -800,8 +895,8 @@ def decode_attention_5d(
             mid_o.stride(2),
             out.stride(0),
             out.stride(1),
+            num_splits,
             H_Q=H_q,
-            NUM_SPLITS=num_splits,
             BLOCK_S=_pow2(num_splits),
             D=D,
             BLOCK_DR=block_dr,
@@ -922,6 +1017,7 @@ def extend_attention_5d(
         HAS_CAP=has_cap,
         HAS_SINK=has_sink,
         COMPUTE=cdt,
+        LOAD3D=True,
         num_warps=4 if BLOCK_D <= 128 else 8,
     )
     return out
