@@ -752,8 +752,17 @@ def probe_patches(import_modules: bool = True) -> List[PatchProbe]:
     With ``import_modules`` the target modules are imported (this imports
     SGLang and torch: for the doctor and ``check``, never at activation).
     """
+    import contextlib
     import importlib
+    import warnings
 
+    # SGLang prints and warns at import time; keep stdout clean for --json.
+    with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _probe_patches(import_modules, importlib)
+
+
+def _probe_patches(import_modules: bool, importlib) -> List[PatchProbe]:
     eng = _Engine()
     probes: List[PatchProbe] = []
     for name, patch, load_error in _discover_patches(eng):
@@ -787,7 +796,12 @@ def probe_patches(import_modules: bool = True) -> List[PatchProbe]:
                 if problem:
                     ok, reason = False, f"{r.target}: {problem}"
                     break
+            try:
+                b.make(r.function)  # builds the replacement (imports the core), installs nothing
+            except Exception as exc:
+                ok, reason = False, f"building the replacement for {r.target} failed: {type(exc).__name__}: {exc}"
+                break
         if ok:
-            reason = "targets resolve and signatures match"
+            reason = "targets resolve, signatures match, replacements build"
         probes.append(PatchProbe(name, ok, reason, patch.required_for_5d, patch.internal, targets))
     return probes

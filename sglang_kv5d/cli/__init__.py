@@ -1,0 +1,139 @@
+"""The ``sglang-kv5d`` command.
+
+    launch    validate, then exec `python -m sglang.launch_server` with the overlay on
+    check     the same validation without the exec (exit 0 / 1 errors / 2 usage)
+    doctor    is the overlay working here, and why not
+    patches   each patch's manifest and its state here
+    selftest  run a Qwen3.5-like model's attention through the patched SGLang, check it
+    bench     benchmark the kernels against their peers on this GPU
+
+Every subcommand that a machine may read takes ``--json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional, Sequence
+
+import click
+
+from .._version import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="sglang-kv5d")
+def cli() -> None:
+    """SGLang overlay for AITER's SHUFFLE 5D (vectorized_5d) KV cache.
+
+    Patches SGLang at import time, in every SGLang process, when SGLANG_KV5D=1
+    (the launcher sets it): 5D detection through hybrid pools, a fused FP8 KV
+    write and 5D attention dispatch. See `sglang-kv5d COMMAND --help`.
+    """
+
+
+def _progress(enabled: bool):
+    if not enabled:
+        return None
+    return lambda msg: click.echo(f"... {msg}", err=True)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON (a list of {name, status, detail, fix}).")
+@click.option("--no-spawn", is_flag=True, help="Skip the spawn probe (starting a child interpreter).")
+def doctor(as_json: bool, no_spawn: bool) -> None:
+    """Check that the overlay can work on this machine; explain what cannot.
+
+    Reports Python / torch / triton / wrapt / SGLang / aiter versions, the
+    platform and GPU arch with its fp8 flavour (e4m3fnuz on gfx942, e4m3fn
+    elsewhere), the SGLang version verdict, whether SGLang discovers the
+    plugin entry point (and whether SGLANG_PLUGINS filters it out), whether
+    the .pth bootstrap is installed, each patch's probe against the installed
+    SGLang, and a spawn probe. Exits 1 when something required is broken.
+    """
+    from ..doctor import FAIL, render, run_doctor
+
+    checks = run_doctor(progress=_progress(not as_json), spawn=not no_spawn)
+    if as_json:
+        click.echo(json.dumps([c.to_dict() for c in checks], indent=2))
+    else:
+        click.echo(render(checks))
+    sys.exit(1 if any(c.status == FAIL for c in checks) else 0)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the manifests and states as JSON.")
+def patches(as_json: bool) -> None:
+    """List each patch: what it changes, why, when to remove it, and its state here.
+
+    The state comes from probing the installed SGLang (targets resolve,
+    parameters match) and from SGLANG_KV5D_PATCHES; nothing is patched.
+    Exits 1 when a 5D-required patch cannot apply.
+    """
+    from .. import config
+    from .. import versions as _versions
+    from ..activation import probe_patches
+    from ..manifests import load_manifests
+
+    manifests = load_manifests()
+    probes = {p.name: p for p in probe_patches(import_modules=True)}
+    verdict = _versions.verdict(allow_untested=config.allow_untested())
+    selected = config.selected_patches()
+    rows = []
+    broken = False
+    for name, m in manifests.items():
+        p = probes.get(name)
+        if p is None:
+            state, reason = "unknown", "no such patch in this sglang-kv5d"
+        elif not p.ok:
+            state, reason = "failed", p.reason
+        elif not verdict.allowed and not m["internal"]:
+            state, reason = "skipped", verdict.message
+        elif selected is not None and not m["internal"] and name not in selected:
+            state, reason = "disabled", f"not in {config.PATCHES}"
+        else:
+            state, reason = "ready", p.reason
+        broken |= state in ("failed", "skipped") and (m["required_for_5d"] or m["internal"])
+        rows.append({"name": name, "state": state, "reason": reason, "required_for_5d": m["required_for_5d"],
+                     "internal": m["internal"], "summary": m["summary"], "surfaces": m["surfaces"],
+                     "targets": p.targets if p else [], "upstream": m["upstream"], "removal": m["removal"],
+                     "why": " ".join(m["why"].split())})
+    if as_json:
+        click.echo(json.dumps({"sglang": verdict.version, "verdict": verdict.kind, "patches": rows}, indent=2))
+    else:
+        click.echo(f"SGLang {verdict.version or 'missing'}: {verdict.message}\n")
+        for r in rows:
+            tag = " (internal)" if r["internal"] else (" (needed for 5D)" if r["required_for_5d"] else "")
+            click.echo(f"{r['name']}{tag}: {r['state']}")
+            click.echo(f"  {r['summary']}")
+            click.echo(f"  state:   {r['reason']}")
+            click.echo(f"  targets: {', '.join(r['targets'] or r['surfaces'])}")
+            click.echo(f"  why:     {r['why']}")
+            click.echo(f"  upstream: {r['upstream']}; remove {r['removal']}")
+            click.echo("")
+    sys.exit(1 if broken else 0)
+
+
+def _register_optional_commands() -> None:
+    from . import launch as _launch
+
+    _launch.register(cli)
+    try:
+        from . import selftest as _selftest
+
+        _selftest.register(cli)
+    except ImportError:
+        pass
+    try:
+        from . import bench as _bench
+
+        _bench.register(cli)
+    except ImportError:
+        pass
+
+
+_register_optional_commands()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    cli.main(args=list(argv) if argv is not None else None, prog_name="sglang-kv5d")

@@ -1,0 +1,264 @@
+"""``sglang-kv5d doctor``: is the overlay working on this machine, and if not, why.
+
+Each check is a :class:`Check` with a status (ok | warn | fail), a one-line
+detail and, when not ok, a fix. A ``fail`` on anything the overlay needs makes
+the command exit non-zero. Paste the output (or ``--json``) into bug reports.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import subprocess
+import sys
+import sysconfig
+from dataclasses import asdict, dataclass
+from typing import Callable, List, Optional
+
+from . import config
+from . import versions as _versions
+from ._version import __version__
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _version_of(dist: str) -> Optional[str]:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_versions() -> List[Check]:
+    out = [Check("python", OK, f"{platform.python_version()} ({sys.executable})"),
+           Check("sglang-kv5d", OK, __version__)]
+    for dist, needed in (("wrapt", True), ("click", True), ("torch", True), ("triton", False)):
+        v = _version_of(dist)
+        if v is None and dist == "triton":
+            v = _version_of("pytorch-triton-rocm")
+        if v:
+            out.append(Check(dist, OK, v))
+        else:
+            out.append(Check(dist, FAIL if needed else WARN, "not installed",
+                             f"install {dist} (for torch/triton: the build matching your ROCm/CUDA stack)"))
+    return out
+
+
+def check_sglang(environ=None) -> Check:
+    verdict = _versions.verdict(allow_untested=config.allow_untested(environ))
+    status = {
+        _versions.SUPPORTED: OK,
+        _versions.BEST_EFFORT: WARN,
+    }.get(verdict.kind, OK if verdict.allowed else FAIL)
+    fix = "" if status == OK else (
+        "install SGLang" if verdict.kind == _versions.MISSING else
+        f"use SGLang {_versions.SUPPORTED_RANGE[0]} .. {_versions.SUPPORTED_RANGE[1]}")
+    return Check("sglang", status, f"{verdict.version or 'missing'}: {verdict.kind} - {verdict.message}", fix)
+
+
+def detect_platform() -> dict:
+    """Platform (rocm | cuda | cpu), device name, arch and the fp8 flavour it uses."""
+    info = {"platform": "cpu", "device": None, "arch": None, "fp8": "float8_e4m3fn"}
+    try:
+        import torch
+    except Exception as exc:
+        info["error"] = f"torch not importable: {exc}"
+        return info
+    if getattr(torch.version, "hip", None):
+        info["platform"] = "rocm"
+    elif getattr(torch.version, "cuda", None) and torch.cuda.is_available():
+        info["platform"] = "cuda"
+    if info["platform"] != "cpu" and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info["device"] = props.name
+        info["arch"] = getattr(props, "gcnArchName", None) or f"sm_{props.major}{props.minor}"
+    arch = (info["arch"] or "").split(":")[0]
+    if arch.startswith("gfx94"):
+        info["fp8"] = "float8_e4m3fnuz"  # MI300X / MI325X
+    return info
+
+
+def check_platform() -> Check:
+    info = detect_platform()
+    detail = f"{info['platform']}"
+    if info.get("device"):
+        detail += f", {info['device']} ({info['arch']})"
+    detail += f", fp8 KV cache dtype {info['fp8']}"
+    if info.get("error"):
+        return Check("platform", FAIL, info["error"], "install torch")
+    if info["platform"] != "rocm":
+        return Check("platform", WARN, detail + "; the 5D layout is only consumed on ROCm (aiter)",
+                     "nothing to fix for development; serve 5D on MI300/MI355")
+    return Check("platform", OK, detail)
+
+
+def check_aiter(platform_name: str) -> Check:
+    try:
+        mod = importlib.import_module("aiter")
+        version = getattr(mod, "__version__", None) or _version_of("amd-aiter") or "unknown version"
+        missing = []
+        try:
+            gluon = importlib.import_module("aiter.ops.triton.gluon.pa_decode_gluon")
+            for n in ("pa_decode_gluon", "get_recommended_splits"):
+                if not hasattr(gluon, n):
+                    missing.append(n)
+        except Exception as exc:
+            missing.append(f"pa_decode_gluon module ({type(exc).__name__})")
+        if not hasattr(mod, "mha_batch_prefill_func"):
+            missing.append("mha_batch_prefill_func")
+        if missing:
+            return Check("aiter", WARN, f"{version}, missing {', '.join(missing)}: the portable Triton path is used",
+                         "install an aiter build with pa_decode_gluon (v0.1.10 or newer)")
+        return Check("aiter", OK, f"{version}, pa_decode_gluon and mha_batch_prefill_func present")
+    except Exception as exc:
+        status = FAIL if platform_name == "rocm" else WARN
+        return Check("aiter", status, f"not importable ({type(exc).__name__}: {str(exc)[:120]}); "
+                     "5D attention uses the portable Triton path",
+                     "install aiter on ROCm servers" if platform_name == "rocm" else "")
+
+
+def check_entry_point(environ=None) -> Check:
+    from importlib.metadata import entry_points
+
+    env = os.environ if environ is None else environ
+    eps = [ep for ep in entry_points(group="sglang.srt.plugins") if ep.name == "kv5d"]
+    if not eps:
+        return Check("plugin entry point", FAIL, "kv5d is not registered in group sglang.srt.plugins",
+                     "reinstall sglang-kv5d into the same environment as SGLang")
+    allowed = [x.strip() for x in env.get("SGLANG_PLUGINS", "").split(",") if x.strip()]
+    if allowed and "kv5d" not in allowed:
+        return Check("plugin entry point", WARN,
+                     f"discovered ({eps[0].value}) but SGLANG_PLUGINS={env['SGLANG_PLUGINS']} filters it out; "
+                     "the .pth bootstrap still activates the overlay",
+                     "add kv5d to SGLANG_PLUGINS")
+    return Check("plugin entry point", OK, f"kv5d -> {eps[0].value}")
+
+
+def find_pth() -> Optional[str]:
+    dirs = []
+    try:
+        import site
+
+        dirs.extend(site.getsitepackages())
+        dirs.append(site.getusersitepackages())
+    except Exception:
+        pass
+    dirs.append(sysconfig.get_paths()["purelib"])
+    for d in dict.fromkeys(dirs):
+        path = os.path.join(d, "sglang_kv5d.pth")
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def check_pth() -> Check:
+    path = find_pth()
+    if path is None:
+        return Check(".pth bootstrap", FAIL, "sglang_kv5d.pth not found in site-packages",
+                     "install sglang-kv5d from its wheel (pip install sglang-kv5d), not with a tool that drops root files")
+    return Check(".pth bootstrap", OK, path)
+
+
+def check_patches(environ=None) -> List[Check]:
+    from .activation import probe_patches
+
+    verdict = _versions.verdict(allow_untested=config.allow_untested(environ))
+    selected = config.selected_patches(environ)
+    out = []
+    for p in probe_patches(import_modules=True):
+        name = f"patch {p.name}"
+        if p.ok and not verdict.allowed and not p.internal:
+            out.append(Check(name, FAIL if p.required_for_5d else WARN, f"probe ok, but skipped: {verdict.message}"))
+        elif p.ok and selected is not None and not p.internal and p.name not in selected:
+            out.append(Check(name, WARN if p.required_for_5d else OK,
+                             f"probe ok, disabled by {config.PATCHES}",
+                             f"add {p.name} to {config.PATCHES}" if p.required_for_5d else ""))
+        elif p.ok:
+            out.append(Check(name, OK, p.reason))
+        else:
+            out.append(Check(name, FAIL if (p.required_for_5d or p.internal) else WARN, p.reason,
+                             "this SGLang differs from the tested ones: upgrade sglang-kv5d or use a tested SGLang"))
+    return out
+
+
+SPAWN_PROBE = """
+import json, os, sys
+import sglang
+import sglang_kv5d
+st = sglang_kv5d.status()
+print(json.dumps({"active": st.active, "routes": st.routes, "pid": os.getpid()}))
+"""
+
+
+def check_spawn(timeout: float = 120.0) -> Check:
+    """A fresh interpreter with SGLANG_KV5D=1 (how spawn children start) must activate."""
+    env = dict(os.environ)
+    env[config.GATE] = "1"
+    try:
+        proc = subprocess.run([sys.executable, "-c", SPAWN_PROBE], env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return Check("spawn probe", FAIL, f"child did not finish in {timeout:.0f} s")
+    import json
+
+    try:
+        data = json.loads(proc.stdout.strip().splitlines()[-1])
+    except Exception:
+        return Check("spawn probe", FAIL, f"child failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}",
+                     "run `python -c 'import sglang'` with SGLANG_KV5D=1 to see the error")
+    if data.get("active"):
+        return Check("spawn probe", OK, f"child pid {data['pid']} activated via {'+'.join(data['routes'])}")
+    return Check("spawn probe", FAIL, "child with SGLANG_KV5D=1 did not activate the overlay",
+                 "check that sglang_kv5d.pth is in site-packages and the child runs without -S")
+
+
+def run_doctor(progress: Optional[Callable[[str], None]] = None, spawn: bool = True) -> List[Check]:
+    say = progress or (lambda _msg: None)
+    checks: List[Check] = []
+    say("versions")
+    checks += check_versions()
+    checks.append(check_sglang())
+    say("platform")
+    plat = check_platform()
+    checks.append(plat)
+    say("aiter")
+    checks.append(check_aiter(detect_platform()["platform"]))
+    checks.append(check_entry_point())
+    checks.append(check_pth())
+    checks.append(Check("environment", OK, ", ".join(f"{k}={os.environ[k]}" for k in config.ALL_SWITCHES + (config.LAYOUT,)
+                                                     if k in os.environ) or "no SGLANG_KV5D* variables set"))
+    say("patch probes (imports SGLang)")
+    if _versions.installed_sglang_version() is not None:
+        checks += check_patches()
+    if spawn:
+        say("spawn probe")
+        checks.append(check_spawn())
+    return checks
+
+
+def render(checks: List[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = []
+    for c in checks:
+        lines.append(f"{c.status.upper():4}  {c.name.ljust(width)}  {c.detail}")
+        if c.fix and c.status != OK:
+            lines.append(f"{'':4}  {'':{width}}  fix: {c.fix}")
+    failed = sum(c.status == FAIL for c in checks)
+    warned = sum(c.status == WARN for c in checks)
+    lines.append("")
+    lines.append(f"{failed} failure(s), {warned} warning(s)" + ("" if failed else ": the overlay can activate here"))
+    return "\n".join(lines)
