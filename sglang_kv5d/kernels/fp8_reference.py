@@ -29,6 +29,12 @@ __all__ = [
     "reference_write_kv_fp8",
     "scale_as_float32",
     "fp8_step_distance",
+    "make_input",
+    "make_caches",
+    "poison_like_shape",
+    "addressed_masks",
+    "bits",
+    "loc_pattern",
 ]
 
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e4m3fnuz: 240.0}
@@ -166,3 +172,145 @@ def reference_write_kv_fp8(
         kc[b, :, :, t, :] = qk.reshape(n, H, DK // x, x)
         vc[b, :, t // x, :, t % x] = qv
     return kc, vc
+
+
+# --------------------------------------------------------------------------- #
+# Test and benchmark fixtures (pure torch): inputs, poisoned caches, slot ids. #
+# --------------------------------------------------------------------------- #
+
+
+def make_input(T, H, D, dtype, *, gen, device="cpu", token_pad=0, spread=True):
+    """Random (T, H, D) input, never zero, magnitudes over many decades.
+
+    ``gen`` is a torch.Generator on ``device``. ``token_pad`` > 0 makes the token
+    stride H*D + token_pad (a slice of a wider buffer, like K/V sliced out of a
+    fused QKV projection).
+    """
+    x = torch.randn(T, H * D + token_pad, generator=gen, dtype=torch.float32, device=device)
+    if spread:
+        # 10**[-4, 3): from the fp8 subnormal range to well past saturation (scale ~1).
+        x *= torch.pow(10.0, torch.rand(x.shape, generator=gen, device=device) * 7.0 - 4.0)
+    x = x.to(dtype)
+    x = torch.where(x == 0, torch.full_like(x, 0.25), x)
+    return x[:, : H * D].unflatten(1, (H, D))
+
+
+def poison_like_shape(shape, *, gen, device="cpu"):
+    """uint8 tensor filled with a pseudo-random sentinel byte pattern."""
+    return torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8, device=device)
+
+
+def make_caches(layout, n_blocks, page, H, DK, DV, *, gen, device="cpu", typed=None):
+    """Poisoned caches; ``typed`` = an fp8 dtype to return typed views, else uint8."""
+    if layout == "nhd":
+        kc = poison_like_shape((n_blocks * page, H, DK), gen=gen, device=device)
+        vc = poison_like_shape((n_blocks * page, H, DV), gen=gen, device=device)
+    else:
+        kc = poison_like_shape((n_blocks, H, DK // X_FP8, page, X_FP8), gen=gen, device=device)
+        vc = poison_like_shape((n_blocks, H, page // X_FP8, DV, X_FP8), gen=gen, device=device)
+    if typed is not None:
+        kc, vc = kc.view(typed), vc.view(typed)
+    return kc, vc
+
+
+def addressed_masks(layout, k_shape, v_shape, loc, H, DK, DV):
+    """Boolean masks of the cache bytes a write of ``loc`` must touch.
+
+    Computed with flat-index formulas, independently of the reference's
+    advanced indexing, so the two cross-check each other.
+    """
+    loc = loc.detach().to("cpu", torch.int64)
+    if layout == "nhd":
+        n_slots = k_shape[0]
+    else:
+        n_slots = k_shape[0] * k_shape[3]
+    s = loc[(loc >= 0) & (loc < n_slots)]
+    km = torch.zeros(int(torch.tensor(k_shape).prod()), dtype=torch.bool)
+    vm = torch.zeros(int(torch.tensor(v_shape).prod()), dtype=torch.bool)
+    h = torch.arange(H)
+    dk = torch.arange(DK)
+    dv = torch.arange(DV)
+    if layout == "nhd":
+        kidx = (s[:, None, None] * H + h[None, :, None]) * DK + dk[None, None, :]
+        vidx = (s[:, None, None] * H + h[None, :, None]) * DV + dv[None, None, :]
+    else:
+        page = k_shape[3]
+        b, t = s // page, s % page
+        kidx = ((((b[:, None, None] * H + h[None, :, None]) * (DK // X_FP8) + dk[None, None, :] // X_FP8)
+                 * page + t[:, None, None]) * X_FP8 + dk[None, None, :] % X_FP8)
+        vidx = ((((b[:, None, None] * H + h[None, :, None]) * (page // X_FP8) + t[:, None, None] // X_FP8)
+                 * DV + dv[None, None, :]) * X_FP8 + t[:, None, None] % X_FP8)
+    km[kidx.flatten()] = True
+    vm[vidx.flatten()] = True
+    return km.view(k_shape), vm.view(v_shape)
+
+
+def bits(x: torch.Tensor) -> torch.Tensor:
+    """Integer view, for bit-identity checks that also hold for NaN."""
+    return x.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]).clone()
+
+
+def loc_pattern(kind, T, n_slots, page, *, gen):
+    """Slot ids for T tokens.
+
+    runs       prefill-like: runs of consecutive slots at random in-page offsets
+    scattered  decode-like: distinct random slots
+    mixed      runs, scattered slots and -1 skips interleaved
+    tricky     groups that look complete but are not (swapped pair, a -1 inside,
+               a run ending at T, a run crossing a page boundary)
+    """
+    perm = torch.randperm(n_slots, generator=gen)
+    if kind == "scattered":
+        return perm[:T].clone()
+    out = []
+    used = set()
+
+    def run(start, length):
+        r = [s for s in range(start, start + length) if 0 <= s < n_slots and s not in used]
+        used.update(r)
+        out.extend(r)
+
+    n_pages = n_slots // page
+    pages = torch.randperm(n_pages, generator=gen).tolist()
+    if kind == "runs":
+        while len(out) < T and pages:
+            p = pages.pop()
+            off = int(torch.randint(0, page, (1,), generator=gen))
+            length = int(torch.randint(1, 3 * page, (1,), generator=gen))
+            run(p * page + off, min(length, T - len(out)))
+    elif kind == "mixed":
+        while len(out) < T and pages:
+            p = pages.pop()
+            c = int(torch.randint(0, 3, (1,), generator=gen))
+            if c == 0:
+                run(p * page + int(torch.randint(0, page, (1,), generator=gen)),
+                    int(torch.randint(1, 40, (1,), generator=gen)))
+            elif c == 1:
+                out.append(-1)
+            else:
+                s = p * page + int(torch.randint(0, page, (1,), generator=gen))
+                if s not in used:
+                    used.add(s)
+                    out.append(s)
+    elif kind == "tricky":
+        p = pages
+        # a complete group, then one with a swapped pair, then one with a hole (-1)
+        run(p[0] * page, X_FP8)
+        g = list(range(p[1] * page, p[1] * page + X_FP8))
+        g[3], g[4] = g[4], g[3]
+        out.extend(g)
+        used.update(g)
+        g = list(range(p[2] * page + X_FP8, p[2] * page + 2 * X_FP8))
+        g[7] = -1
+        out.extend(g)
+        used.update(g)
+        # a run crossing a page boundary, starting unaligned
+        run(p[3] * page + page - 5, page + 9)
+        # slots that are consecutive but the group start is not aligned
+        run(p[4] * page + 3, X_FP8)
+        # a run at the very end that stops one token short of a group
+        run(p[5] * page + 2 * X_FP8, X_FP8 - 1)
+    out = out[:T]
+    while len(out) < T:
+        out.append(-1)
+    return torch.tensor(out, dtype=torch.int64)

@@ -144,20 +144,138 @@ def _write_rows(
     FNUZ: tl.constexpr,
     NATIVE: tl.constexpr,
 ):
-    d = tl.arange(0, BLOCK_D)
-    if BLOCK_D == D:
-        m = mask[:, None]
+    if INTRA == 1:
+        # 5D K: a token's row is D/X vectors of X bytes, PAGE*X bytes apart.
+        # A 3-D tile makes the 16-byte contiguity explicit to the compiler.
+        c = tl.arange(0, BLOCK_D // X)
+        e = tl.arange(0, X)
+        if BLOCK_D == D:
+            m3 = mask[:, None, None]
+        else:
+            m3 = mask[:, None, None] & (c[None, :, None] * X < D)
+        x = tl.load(src_ptr + (rows * stride_src + h * D)[:, None, None]
+                    + (c * X)[None, :, None] + e[None, None, :], mask=m3, other=0.0)
+        code = _quantize(x, scale, FNUZ, NATIVE)
+        tl.store(dst_ptr + base[:, None, None] + (c * (PAGE * X))[None, :, None]
+                 + e[None, None, :], code, mask=m3)
     else:
-        m = mask[:, None] & (d[None, :] < D)
-    x = tl.load(src_ptr + (rows * stride_src + h * D)[:, None] + d[None, :], mask=m, other=0.0)
-    code = _quantize(x, scale, FNUZ, NATIVE)
-    if INTRA == 0:
-        intra = d
-    elif INTRA == 1:
-        intra = (d // X) * (PAGE * X) + (d % X)
+        d = tl.arange(0, BLOCK_D)
+        if BLOCK_D == D:
+            m = mask[:, None]
+        else:
+            m = mask[:, None] & (d[None, :] < D)
+        x = tl.load(src_ptr + (rows * stride_src + h * D)[:, None] + d[None, :], mask=m, other=0.0)
+        code = _quantize(x, scale, FNUZ, NATIVE)
+        if INTRA == 0:
+            intra = d
+        else:
+            intra = d * X
+        tl.store(dst_ptr + base[:, None] + intra[None, :], code, mask=m)
+
+
+@triton.jit
+def _load_slots(loc_ptr, rows, T, stride_loc, n_slots, LARGE: tl.constexpr):
+    """Slot ids of ``rows``; ``ok`` is False for rows past T and for skipped slots."""
+    in_t = rows < T
+    s_raw = tl.load(loc_ptr + rows * stride_loc, mask=in_t, other=-1)
+    ok = in_t & (s_raw >= 0) & (s_raw < n_slots)
+    if LARGE:
+        s = tl.where(ok, s_raw, 0).to(tl.int64)
     else:
-        intra = d * X
-    tl.store(dst_ptr + base[:, None] + intra[None, :], code, mask=m)
+        s = tl.where(ok, s_raw, 0).to(tl.int32)
+    return s, ok
+
+
+@triton.jit
+def _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h, T, stride_kt, stride_loc, n_slots,
+            kc_stride_s, kc_stride_h,
+            H: tl.constexpr, DK: tl.constexpr, BLOCK_DK: tl.constexpr, PAGE: tl.constexpr,
+            X: tl.constexpr, LAYOUT_5D: tl.constexpr, K_SCALE_PTR: tl.constexpr,
+            FNUZ: tl.constexpr, NATIVE: tl.constexpr, LARGE: tl.constexpr):
+    s, ok = _load_slots(loc_ptr, rows, T, stride_loc, n_slots, LARGE)
+    if K_SCALE_PTR:
+        ks = tl.load(k_scale)
+    else:
+        ks = k_scale
+    if LAYOUT_5D:
+        blk = s // PAGE
+        base = blk * (H * DK * PAGE) + h * (DK * PAGE) + (s - blk * PAGE) * X
+        _write_rows(k_ptr, stride_kt, kc_ptr, rows, base, ok, ks, h,
+                    DK, BLOCK_DK, 1, PAGE, X, FNUZ, NATIVE)
+    else:
+        base = s * kc_stride_s + h * kc_stride_h
+        _write_rows(k_ptr, stride_kt, kc_ptr, rows, base, ok, ks, h,
+                    DK, BLOCK_DK, 0, PAGE, X, FNUZ, NATIVE)
+
+
+@triton.jit
+def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h, T, stride_vt, stride_loc, n_slots,
+            vc_stride_s, vc_stride_h,
+            H: tl.constexpr, DV: tl.constexpr, BLOCK_DV: tl.constexpr, PAGE: tl.constexpr,
+            X: tl.constexpr, LAYOUT_5D: tl.constexpr, BLOCK_T: tl.constexpr,
+            V_SCALE_PTR: tl.constexpr, FNUZ: tl.constexpr, NATIVE: tl.constexpr,
+            LARGE: tl.constexpr):
+    s, ok = _load_slots(loc_ptr, rows, T, stride_loc, n_slots, LARGE)
+    if V_SCALE_PTR:
+        vs = tl.load(v_scale)
+    else:
+        vs = v_scale
+    if LAYOUT_5D:
+        # Which tokens sit in a complete aligned group of X consecutive slots?
+        # Token i with slot s and r = s % X belongs to the group that starts at
+        # token g = i - r; it is complete when loc[g + j] == s - r + j for all j.
+        r = s % X
+        g = rows - r
+        j = tl.arange(0, X)
+        g_ok = ok & (g >= 0) & (g + (X - 1) < T)
+        sg = tl.load(loc_ptr + (g[:, None] + j[None, :]) * stride_loc,
+                     mask=g_ok[:, None], other=-1)
+        same = (sg == (s - r)[:, None] + j[None, :]).to(tl.int32)
+        covered = g_ok & (tl.min(same, axis=1) == 1)
+
+        # Tokens outside complete groups: one byte per (token, d).
+        scattered = ok & (covered == 0)
+        if tl.sum(scattered.to(tl.int32), axis=0) > 0:
+            blk = s // PAGE
+            in_page = s - blk * PAGE
+            vbase = (blk * (H * DV * PAGE) + h * (DV * PAGE) + (in_page // X) * (DV * X)
+                     + (in_page % X))
+            _write_rows(v_ptr, stride_vt, vc_ptr, rows, vbase, scattered,
+                        vs, h, DV, BLOCK_DV, 2, PAGE, X, FNUZ, NATIVE)
+
+        # Complete groups that start in this window (at most one per X tokens):
+        # load the (X tokens, D) tile, store it as D vectors of X bytes.
+        leader = covered & (r == 0)
+        G: tl.constexpr = BLOCK_T // X
+        if tl.sum(leader.to(tl.int32), axis=0) > 0:
+            lead2 = tl.reshape(leader.to(tl.int32), (G, X)) != 0
+            rows2 = tl.reshape(rows, (G, X))
+            slot2 = tl.reshape(s, (G, X))
+            has = tl.max(lead2.to(tl.int32), axis=1) > 0
+            lrow = tl.sum(tl.where(lead2, rows2, 0), axis=1)
+            # Recompute the group base from the leader's slot with constant
+            # multipliers: then the compiler can prove 16-byte alignment and
+            # emits 16-byte stores (it cannot see through a reduced base).
+            lslot = tl.sum(tl.where(lead2, slot2, 0), axis=1)
+            lblk = lslot // PAGE
+            lbase = (lblk * (H * DV * PAGE) + h * (DV * PAGE)
+                     + ((lslot - lblk * PAGE) // X) * (DV * X))
+            d = tl.arange(0, BLOCK_DV)
+            if BLOCK_DV == DV:
+                m3 = has[:, None, None]
+            else:
+                m3 = has[:, None, None] & (d[None, :, None] < DV)
+            src = (v_ptr + h * DV
+                   + (lrow[:, None, None] + j[None, None, :]) * stride_vt
+                   + d[None, :, None])
+            x = tl.load(src, mask=m3, other=0.0)
+            code = _quantize(x, vs, FNUZ, NATIVE)
+            dst = vc_ptr + lbase[:, None, None] + d[None, :, None] * X + j[None, None, :]
+            tl.store(dst, code, mask=m3)
+    else:
+        base = s * vc_stride_s + h * vc_stride_h
+        _write_rows(v_ptr, stride_vt, vc_ptr, rows, base, ok, vs, h,
+                    DV, BLOCK_DV, 0, PAGE, X, FNUZ, NATIVE)
 
 
 @triton.jit
@@ -187,97 +305,37 @@ def _write_kv_fp8_kernel(
     X: tl.constexpr,
     LAYOUT_5D: tl.constexpr,
     BLOCK_T: tl.constexpr,
+    SPLIT_KV: tl.constexpr,
     K_SCALE_PTR: tl.constexpr,
     V_SCALE_PTR: tl.constexpr,
     FNUZ: tl.constexpr,
     NATIVE: tl.constexpr,
     LARGE: tl.constexpr,
 ):
+    # grid: (token windows, heads[, 2 when SPLIT_KV: 0 = K, 1 = V])
     pid_t = tl.program_id(0)
     h = tl.program_id(1)
-    is_v = tl.program_id(2)
-
-    t_off = tl.arange(0, BLOCK_T)
     if LARGE:
         i0 = pid_t.to(tl.int64) * BLOCK_T
     else:
         i0 = pid_t * BLOCK_T
-    rows = i0 + t_off
-    in_t = rows < T
-    s_raw = tl.load(loc_ptr + rows * stride_loc, mask=in_t, other=-1)
-    ok = in_t & (s_raw >= 0) & (s_raw < n_slots)
-    if LARGE:
-        s = tl.where(ok, s_raw, 0).to(tl.int64)
+    rows = i0 + tl.arange(0, BLOCK_T)
+    if SPLIT_KV:
+        if tl.program_id(2) == 0:
+            _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h, T, stride_kt, stride_loc,
+                    n_slots, kc_stride_s, kc_stride_h, H, DK, BLOCK_DK, PAGE, X, LAYOUT_5D,
+                    K_SCALE_PTR, FNUZ, NATIVE, LARGE)
+        else:
+            _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h, T, stride_vt, stride_loc,
+                    n_slots, vc_stride_s, vc_stride_h, H, DV, BLOCK_DV, PAGE, X, LAYOUT_5D,
+                    BLOCK_T, V_SCALE_PTR, FNUZ, NATIVE, LARGE)
     else:
-        s = tl.where(ok, s_raw, 0).to(tl.int32)
-
-    if is_v == 0:
-        if K_SCALE_PTR:
-            ks = tl.load(k_scale)
-        else:
-            ks = k_scale
-        if LAYOUT_5D:
-            blk = s // PAGE
-            base = blk * (H * DK * PAGE) + h * (DK * PAGE) + (s - blk * PAGE) * X
-            _write_rows(k_ptr, stride_kt, kc_ptr, rows, base, ok, ks, h,
-                        DK, BLOCK_DK, 1, PAGE, X, FNUZ, NATIVE)
-        else:
-            base = s * kc_stride_s + h * kc_stride_h
-            _write_rows(k_ptr, stride_kt, kc_ptr, rows, base, ok, ks, h,
-                        DK, BLOCK_DK, 0, PAGE, X, FNUZ, NATIVE)
-    else:
-        if V_SCALE_PTR:
-            vs = tl.load(v_scale)
-        else:
-            vs = v_scale
-        if LAYOUT_5D:
-            # Which tokens sit in a complete aligned group of X consecutive slots?
-            # Token i with slot s and r = s % X belongs to the group that starts at
-            # token g = i - r; it is complete when loc[g + j] == s - r + j for all j.
-            r = s % X
-            g = rows - r
-            j = tl.arange(0, X)
-            g_ok = ok & (g >= 0) & (g + (X - 1) < T)
-            sg = tl.load(loc_ptr + (g[:, None] + j[None, :]) * stride_loc,
-                         mask=g_ok[:, None], other=-1)
-            same = (sg == (s - r)[:, None] + j[None, :]).to(tl.int32)
-            covered = g_ok & (tl.min(same, axis=1) == 1)
-            blk = s // PAGE
-            in_page = s - blk * PAGE
-            vbase = blk * (H * DV * PAGE) + h * (DV * PAGE) + (in_page // X) * (DV * X)
-
-            # Tokens outside complete groups: one byte per (token, d).
-            scattered = ok & (covered == 0)
-            if tl.sum(scattered.to(tl.int32), axis=0) > 0:
-                _write_rows(v_ptr, stride_vt, vc_ptr, rows, vbase + (in_page % X), scattered,
-                            vs, h, DV, BLOCK_DV, 2, PAGE, X, FNUZ, NATIVE)
-
-            # Complete groups that start in this window: whole 16-byte vectors.
-            leader = covered & (r == 0)
-            G: tl.constexpr = BLOCK_T // X
-            if tl.sum(leader.to(tl.int32), axis=0) > 0:
-                lead2 = tl.reshape(leader.to(tl.int32), (G, X)) != 0
-                rows2 = tl.reshape(rows, (G, X))
-                base2 = tl.reshape(vbase, (G, X))
-                has = tl.max(lead2.to(tl.int32), axis=1) > 0
-                lrow = tl.sum(tl.where(lead2, rows2, 0), axis=1)
-                lbase = tl.sum(tl.where(lead2, base2, 0), axis=1)
-                d = tl.arange(0, BLOCK_DV)
-                if BLOCK_DV == DV:
-                    m3 = has[:, None, None]
-                else:
-                    m3 = has[:, None, None] & (d[None, :, None] < DV)
-                src = (v_ptr + h * DV
-                       + (lrow[:, None, None] + j[None, None, :]) * stride_vt
-                       + d[None, :, None])
-                x = tl.load(src, mask=m3, other=0.0)
-                code = _quantize(x, vs, FNUZ, NATIVE)
-                dst = vc_ptr + lbase[:, None, None] + d[None, :, None] * X + j[None, None, :]
-                tl.store(dst, code, mask=m3)
-        else:
-            base = s * vc_stride_s + h * vc_stride_h
-            _write_rows(v_ptr, stride_vt, vc_ptr, rows, base, ok, vs, h,
-                        DV, BLOCK_DV, 0, PAGE, X, FNUZ, NATIVE)
+        _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h, T, stride_kt, stride_loc,
+                n_slots, kc_stride_s, kc_stride_h, H, DK, BLOCK_DK, PAGE, X, LAYOUT_5D,
+                K_SCALE_PTR, FNUZ, NATIVE, LARGE)
+        _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h, T, stride_vt, stride_loc,
+                n_slots, vc_stride_s, vc_stride_h, H, DV, BLOCK_DV, PAGE, X, LAYOUT_5D,
+                BLOCK_T, V_SCALE_PTR, FNUZ, NATIVE, LARGE)
 
 
 # --------------------------------------------------------------------------- #
@@ -480,6 +538,7 @@ def write_kv_fp8(
     _encoder: str = "auto",
     _block_tokens: Optional[int] = None,
     _num_warps: Optional[int] = None,
+    _split_kv: Optional[bool] = None,
 ) -> None:
     """Quantize ``k`` / ``v`` to FP8 and write them into one layer's caches, in one launch.
 
@@ -533,7 +592,8 @@ def write_kv_fp8(
         (T + block_t + X_FP8) * loc.stride(0),
     )
     large = biggest > _INT32_LIMIT
-    grid = (triton.cdiv(T, block_t), H, 2)
+    split = _split_kv if _split_kv is not None else True
+    grid = (triton.cdiv(T, block_t), H, 2 if split else 1)
     kwargs = {}
     if _num_warps is not None:
         kwargs["num_warps"] = _num_warps
@@ -563,6 +623,7 @@ def write_kv_fp8(
         X=X_FP8,
         LAYOUT_5D=plan.layout_5d,
         BLOCK_T=block_t,
+        SPLIT_KV=split,
         K_SCALE_PTR=ks_ptr,
         V_SCALE_PTR=vs_ptr,
         FNUZ=plan.fp8_dtype == torch.float8_e4m3fnuz,

@@ -1,0 +1,387 @@
+"""Fused FP8 KV write (sglang_kv5d.kernels.fp8_write) under the Triton CPU interpreter.
+
+Every case starts from fresh random inputs (never zero) and caches poisoned with
+a random byte pattern, then checks:
+  * bit-identity with torch's own rounding of the fp32 quotient (clamp + .to(fp8)),
+  * at most one FP8 step from the float64 reference, on a counted, tiny share,
+  * exactly the addressed bytes changed (flat-index address formulas),
+  * the inputs (k, v, loc, scales) are bit-identical after the call.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from sglang_kv5d.kernels import fp8_reference as ref  # noqa: E402
+from sglang_kv5d.kernels import fp8_write as fw  # noqa: E402
+
+FN, FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
+CODE_MAX = {FN: 0x7E, FNUZ: 0x7F}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _interpreted_kernels():
+    """If some earlier import decorated the kernels for a GPU, redo it interpreted."""
+    global fw
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") == "1":
+        if type(fw._write_kv_fp8_kernel).__name__ != "InterpretedFunction":
+            fw = importlib.reload(fw)
+    yield
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _write_and_check(k, v, kc, vc, loc, ks, vs, fp8_dtype, layout, *, pass_dtype=None,
+                     max_f64_share=2e-3, **kw):
+    """Run the kernel and check everything; returns the number of bytes written."""
+    H, DK, DV = k.shape[1], k.shape[2], v.shape[2]
+    before = [ref.bits(t) for t in (k, v, loc)]
+    scale_before = [ref.bits(s) for s in (ks, vs) if isinstance(s, torch.Tensor)]
+    kc0, vc0 = kc.view(torch.uint8).clone(), vc.view(torch.uint8).clone()
+
+    fw.write_kv_fp8(k, v, kc, vc, loc, ks, vs, fp8_dtype=pass_dtype, **kw)
+
+    # inputs untouched
+    for b, t in zip(before, (k, v, loc)):
+        assert torch.equal(b, ref.bits(t)), "an input changed"
+    for b, s in zip(scale_before, [s for s in (ks, vs) if isinstance(s, torch.Tensor)]):
+        assert torch.equal(b, ref.bits(s)), "a scale tensor changed"
+
+    kb, vb = kc.view(torch.uint8), vc.view(torch.uint8)
+    km, vm = ref.addressed_masks(layout, kb.shape, vb.shape, loc, H, DK, DV)
+    # bytes outside the addressed set are untouched
+    assert torch.equal(kb[~km], kc0[~km]), "K bytes outside the addressed slots changed"
+    assert torch.equal(vb[~vm], vc0[~vm]), "V bytes outside the addressed slots changed"
+
+    # bit-exact against torch's fp32 quotient rounded by .to(fp8)
+    e32k, e32v = ref.reference_write_kv_fp8(k, v, kc0, vc0, loc, ks, vs,
+                                            fp8_dtype=fp8_dtype, mode="fp32")
+    for got, exp, name in ((kb, e32k, "K"), (vb, e32v, "V")):
+        bad = (got != exp).nonzero()
+        assert bad.numel() == 0, f"{name}: {bad.shape[0]} bytes differ from torch, first at {bad[:4].tolist()}"
+
+    # the float64 reference: equal, or one fp8 step apart on a tiny counted share
+    e64k, e64v = ref.reference_write_kv_fp8(k, v, kc0, vc0, loc, ks, vs,
+                                            fp8_dtype=fp8_dtype, mode="f64")
+    written = int(km.sum()) + int(vm.sum())
+    off = 0
+    for got, exp, m in ((kb, e64k, km), (vb, e64v, vm)):
+        dist = ref.fp8_step_distance(got[m], exp[m], fp8_dtype)
+        assert dist.numel() == 0 or int(dist.max()) <= 1, "more than one fp8 step from the float64 reference"
+        off += int((dist == 1).sum())
+    assert off <= max(2, max_f64_share * written), f"{off}/{written} one step off float64"
+    return written
+
+
+# --------------------------------------------------------------------------- #
+# The encoder itself                                                          #
+# --------------------------------------------------------------------------- #
+
+
+def _special_values(fp8_dtype):
+    vals = ref.fp8_values(fp8_dtype)
+    grid = vals[torch.isfinite(vals)].unique().sort().values  # increasing, both signs
+    pos = grid[grid >= 0]
+    mids = (pos[1:] + pos[:-1]) / 2
+    f32 = torch.float32
+    mids32 = mids.to(f32)
+    up = torch.nextafter(mids32, torch.full_like(mids32, float("inf")))
+    down = torch.nextafter(mids32, torch.zeros_like(mids32))
+    fmax = ref.FP8_MAX[fp8_dtype]
+    extra = torch.tensor([0.0, 1e-45, 1e-40, 2.0**-12, fmax, fmax + 1, fmax * 1.03, fmax * 1.1,
+                          fmax * 2, 1e6, 3.0e38, float("inf")], dtype=f32)
+    mag = torch.cat([pos.to(f32), mids32, up, down, extra])
+    allv = torch.cat([mag, -mag, torch.tensor([-0.0], dtype=f32)])
+    g = _gen(7)
+    rnd = torch.randn(4096, generator=g) * torch.pow(2.0, torch.randint(-30, 30, (4096,), generator=g).float())
+    return torch.cat([allv, rnd.to(f32)])
+
+
+@pytest.mark.parametrize("fp8_dtype", [FN, FNUZ])
+def test_encoder_bit_exact_on_grid_midpoints_and_extremes(fp8_dtype):
+    x = _special_values(fp8_dtype)
+    n = (x.numel() + 15) // 16 * 16
+    x = torch.cat([x, torch.ones(n - x.numel())]).view(-1, 1, 16)
+    T = x.shape[0]
+    kc = torch.zeros(T, 1, 16, dtype=torch.uint8)
+    vc = torch.zeros(T, 1, 16, dtype=torch.uint8)
+    loc = torch.arange(T)
+    fw.write_kv_fp8(x, x, kc, vc, loc, 1.0, 1.0, fp8_dtype=fp8_dtype)
+    exp = ref.quantize_fp8_fp32(x, 1.0, fp8_dtype)
+    assert torch.equal(kc, exp) and torch.equal(vc, exp)
+    # with scale 1 and fp32 inputs the quotient is exact: float64 agrees too
+    assert torch.equal(kc, ref.quantize_fp8_f64(x, 1.0, fp8_dtype))
+
+
+@pytest.mark.parametrize("fp8_dtype", [FN, FNUZ])
+def test_saturation_inf_and_nan(fp8_dtype):
+    fmax = ref.FP8_MAX[fp8_dtype]
+    vals = torch.tensor([fmax * 1.0001, fmax * 5, 1e30, float("inf"), -fmax * 7, -float("inf"),
+                         3.0e38, -3.0e38, float("nan"), 1.0, -1.0, 0.5, 2.0, -2.0, 100.0, -0.001],
+                        dtype=torch.float32)
+    x = vals.view(1, 1, 16)
+    kc = torch.zeros(1, 1, 16, dtype=fp8_dtype)
+    vc = torch.zeros(1, 1, 16, dtype=fp8_dtype)
+    # V: the quotient x / 1e-30 overflows fp32 for every finite input: saturates too
+    fw.write_kv_fp8(x, x, kc, vc, torch.zeros(1, dtype=torch.int32), 1.0, 1e-30)
+    P, N = CODE_MAX[fp8_dtype], CODE_MAX[fp8_dtype] | 0x80
+    kb, vb = kc.view(torch.uint8)[0, 0].tolist(), vc.view(torch.uint8)[0, 0].tolist()
+    assert kb[:8] == [P, P, P, P, N, N, P, N]
+    assert vb[:8] == [P, P, P, P, N, N, P, N]
+    assert vb[9:] == [P, N, P, P, N, P, N]
+    assert kb[9:] == ref.quantize_fp8_fp32(vals[9:], 1.0, fp8_dtype).tolist()
+    for c in (kc, vc):
+        f = c.float()[0, 0]
+        assert torch.isnan(f[8])
+        assert not torch.isnan(torch.cat([f[:8], f[9:]])).any()
+        assert float(f.abs().nan_to_num(0).max()) == fmax
+
+
+# --------------------------------------------------------------------------- #
+# Full writes against the references                                          #
+# --------------------------------------------------------------------------- #
+
+CASES = [
+    # layout, fp8, input dtype, H, DK, DV, page, token_pad, loc kind, scale kinds, typed cache
+    ("5d", FN, torch.bfloat16, 2, 32, 32, 32, 0, "runs", ("tensor", "float"), False),
+    ("5d", FNUZ, torch.bfloat16, 1, 64, 32, 64, 24, "mixed", ("float", "tensor"), True),
+    ("5d", FN, torch.float16, 1, 32, 48, 32, 8, "tricky", ("tensor", "tensor"), True),
+    ("5d", FNUZ, torch.float16, 2, 16, 16, 16, 0, "scattered", ("float", "float"), False),
+    ("5d", FN, torch.float32, 1, 32, 32, 32, 3, "runs", ("float", "tensor"), False),
+    ("5d", FNUZ, torch.float32, 2, 48, 16, 32, 0, "tricky", ("tensor", "float"), True),
+    ("nhd", FN, torch.bfloat16, 2, 32, 32, 32, 0, "mixed", ("tensor", "float"), True),
+    ("nhd", FNUZ, torch.bfloat16, 1, 64, 24, 16, 8, "runs", ("float", "tensor"), False),
+    ("nhd", FN, torch.float16, 3, 16, 16, 16, 0, "scattered", ("tensor", "tensor"), False),
+    ("nhd", FNUZ, torch.float16, 1, 40, 40, 16, 5, "tricky", ("float", "float"), True),
+    ("nhd", FN, torch.float32, 2, 16, 32, 16, 0, "runs", ("float", "tensor"), True),
+    ("nhd", FNUZ, torch.float32, 1, 32, 32, 16, 16, "mixed", ("tensor", "float"), False),
+]
+
+
+def _scale(kind, value):
+    return torch.tensor([value], dtype=torch.float32) if kind == "tensor" else value
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(str(x).replace("torch.", "") for x in c[:5] + c[8:9]))
+def test_write_matches_references(case):
+    layout, fp8_dtype, in_dtype, H, DK, DV, page, pad, kind, scale_kinds, typed = case
+    g = _gen(CASES.index(case))
+    n_blocks = 12
+    T = 90
+    k = ref.make_input(T, H, DK, in_dtype, gen=g, token_pad=pad)
+    v = ref.make_input(T, H, DV, in_dtype, gen=g, token_pad=pad)
+    kc, vc = ref.make_caches(layout, n_blocks, page, H, DK, DV, gen=g,
+                             typed=fp8_dtype if typed else None)
+    loc = ref.loc_pattern(kind, T, n_blocks * page, page, gen=g)
+    ks = _scale(scale_kinds[0], 0.37)
+    vs = _scale(scale_kinds[1], 1.9)
+    _write_and_check(k, v, kc, vc, loc, ks, vs, fp8_dtype, layout,
+                     pass_dtype=None if typed else fp8_dtype)
+
+
+@pytest.mark.parametrize("block_tokens,split", [(16, True), (32, False), (64, True)])
+@pytest.mark.parametrize("kind", ["runs", "tricky", "mixed"])
+def test_v_groups_and_scatter_agree_for_any_window(block_tokens, split, kind):
+    """The in-kernel group detection, for windows of 1, 2 and 4 groups, K/V split or not."""
+    g = _gen(block_tokens * 7 + len(kind))
+    H, D, page, n_blocks, T = 1, 16, 32, 10, 100
+    k = ref.make_input(T, H, D, torch.bfloat16, gen=g, token_pad=16)
+    v = ref.make_input(T, H, D, torch.bfloat16, gen=g, token_pad=16)
+    kc, vc = ref.make_caches("5d", n_blocks, page, H, D, D, gen=g)
+    loc = ref.loc_pattern(kind, T, n_blocks * page, page, gen=g)
+    _write_and_check(k, v, kc, vc, loc, 0.5, 0.75, FN, "5d", pass_dtype=FN,
+                     _block_tokens=block_tokens, _split_kv=split)
+
+
+@pytest.mark.parametrize("offset", [0, 3, 15, 16, 17])
+def test_run_aligned_to_the_slot_grid_not_to_the_token_grid(offset):
+    """A long run starting at token `offset`, slot 5 mod 16, then one ending exactly at T."""
+    g = _gen(offset)
+    H, D, page, n_blocks = 1, 32, 64, 6
+    head = 5 * page + torch.randperm(page, generator=g)[:offset]  # scattered prefix, page 5
+    run = torch.arange(64 + 5, 64 + 5 + 70)
+    tail = torch.arange(4 * 64, 4 * 64 + 32)  # two complete groups ending at T
+    loc = torch.cat([head, run, tail]).to(torch.int32)
+    T = loc.numel()
+    k = ref.make_input(T, H, D, torch.float16, gen=g)
+    v = ref.make_input(T, H, D, torch.float16, gen=g)
+    kc, vc = ref.make_caches("5d", n_blocks, page, H, D, D, gen=g, typed=FNUZ)
+    _write_and_check(k, v, kc, vc, loc, torch.tensor(2.5), 0.01, FNUZ, "5d")
+
+
+@pytest.mark.parametrize("layout", ["5d", "nhd"])
+def test_single_token_page_boundaries_and_skips(layout):
+    g = _gen(11)
+    H, D, page, n_blocks = 2, 32, 16, 4
+    kc, vc = ref.make_caches(layout, n_blocks, page, H, D, D, gen=g, typed=FN)
+    for slot in (0, page - 1, page, 2 * page + 7, n_blocks * page - 1, -1, -5):
+        k = ref.make_input(1, H, D, torch.bfloat16, gen=g)
+        v = ref.make_input(1, H, D, torch.bfloat16, gen=g)
+        loc = torch.tensor([slot])
+        n = _write_and_check(k, v, kc, vc, loc, 1.0, torch.tensor([0.3]), FN, layout)
+        assert n == (0 if slot < 0 else 2 * H * D)
+
+
+@pytest.mark.parametrize("layout", ["5d", "nhd"])
+def test_zero_tokens_is_a_noop(layout):
+    g = _gen(12)
+    kc, vc = ref.make_caches(layout, 2, 16, 1, 16, 16, gen=g, typed=FN)
+    kc0, vc0 = kc.view(torch.uint8).clone(), vc.view(torch.uint8).clone()
+    k = torch.empty(0, 1, 16, dtype=torch.bfloat16)
+    fw.write_kv_fp8(k, k, kc, vc, torch.empty(0, dtype=torch.int64), 1.0, 1.0)
+    assert torch.equal(kc.view(torch.uint8), kc0) and torch.equal(vc.view(torch.uint8), vc0)
+
+
+def test_all_negative_slots_write_nothing():
+    g = _gen(13)
+    kc, vc = ref.make_caches("5d", 2, 16, 1, 16, 16, gen=g)
+    k = ref.make_input(40, 1, 16, torch.bfloat16, gen=g)
+    n = _write_and_check(k, k, kc, vc, torch.full((40,), -1), 1.0, 1.0, FN, "5d", pass_dtype=FN)
+    assert n == 0
+
+
+def test_strided_loc_and_nhd_cache_views():
+    """loc with a stride, NHD caches that are slices of a wider buffer (slot/head strides)."""
+    g = _gen(14)
+    H, D, slots, T = 2, 16, 64, 30
+    big_k = ref.poison_like_shape((slots, H, D + 16), gen=g)
+    big_v = ref.poison_like_shape((slots, H, D + 16), gen=g)
+    kc, vc = big_k[:, :, :D], big_v[:, :, 16:]
+    loc = ref.loc_pattern("mixed", 2 * T, slots, 16, gen=g)[::2]
+    assert loc.stride(0) == 2
+    k = ref.make_input(T, H, D, torch.bfloat16, gen=g)
+    v = ref.make_input(T, H, D, torch.bfloat16, gen=g)
+    outside = [big_k[:, :, D:].clone(), big_v[:, :, :16].clone()]
+    kc0, vc0 = kc.clone(), vc.clone()
+    fw.write_kv_fp8(k, v, kc, vc, loc, 0.8, 0.6, fp8_dtype=FNUZ)
+    ek, ev = ref.reference_write_kv_fp8(k, v, kc0, vc0, loc, 0.8, 0.6, fp8_dtype=FNUZ, mode="fp32")
+    assert torch.equal(kc, ek) and torch.equal(vc, ev)
+    assert torch.equal(big_k[:, :, D:], outside[0]) and torch.equal(big_v[:, :, :16], outside[1])
+
+
+# --------------------------------------------------------------------------- #
+# Validation                                                                  #
+# --------------------------------------------------------------------------- #
+
+
+def _valid_args(layout="5d"):
+    g = _gen(21)
+    T, H, D, page, nb = 8, 2, 32, 32, 2
+    k = ref.make_input(T, H, D, torch.bfloat16, gen=g)
+    v = ref.make_input(T, H, D, torch.bfloat16, gen=g)
+    kc, vc = ref.make_caches(layout, nb, page, H, D, D, gen=g, typed=FN)
+    loc = torch.arange(T, dtype=torch.int64)
+    return dict(k=k, v=v, k_cache=kc, v_cache=vc, loc=loc,
+                k_scale=torch.tensor([0.5]), v_scale=1.0)
+
+
+def _u8(a):
+    a["k_cache"], a["v_cache"] = a["k_cache"].view(torch.uint8), a["v_cache"].view(torch.uint8)
+    return a
+
+
+BAD = [
+    # (id, mutate(args) -> args, extra kwargs, exception, words in the message)
+    ("scale-2-elements", lambda a: {**a, "k_scale": torch.tensor([0.5, 0.5])}, {}, ValueError, ["k_scale", "one-element"]),
+    ("scale-float64", lambda a: {**a, "v_scale": torch.tensor([0.5], dtype=torch.float64)}, {}, TypeError, ["v_scale", "float32"]),
+    ("scale-bf16", lambda a: {**a, "k_scale": torch.tensor([0.5], dtype=torch.bfloat16)}, {}, TypeError, ["k_scale", "float32"]),
+    ("scale-device", lambda a: {**a, "v_scale": torch.tensor([0.5], device="meta")}, {}, ValueError, ["v_scale", "device"]),
+    ("scale-zero", lambda a: {**a, "v_scale": 0.0}, {}, ValueError, ["v_scale", "positive"]),
+    ("scale-negative", lambda a: {**a, "k_scale": -1.0}, {}, ValueError, ["k_scale", "positive"]),
+    ("scale-inf", lambda a: {**a, "k_scale": float("inf")}, {}, ValueError, ["k_scale", "finite"]),
+    ("scale-nan", lambda a: {**a, "v_scale": float("nan")}, {}, ValueError, ["v_scale", "finite"]),
+    ("scale-fp32-underflow", lambda a: {**a, "v_scale": 1e-50}, {}, ValueError, ["v_scale", "float32"]),
+    ("scale-fp32-overflow", lambda a: {**a, "k_scale": 1e39}, {}, ValueError, ["k_scale", "float32"]),
+    ("scale-str", lambda a: {**a, "k_scale": "0.5"}, {}, TypeError, ["k_scale"]),
+    ("scale-bool", lambda a: {**a, "k_scale": True}, {}, TypeError, ["k_scale"]),
+    ("scale-none", lambda a: {**a, "v_scale": None}, {}, TypeError, ["v_scale"]),
+    ("cache-bf16", lambda a: {**a, "k_cache": a["k_cache"].view(torch.uint8).to(torch.bfloat16),
+                              "v_cache": a["v_cache"].view(torch.uint8).to(torch.bfloat16)}, {}, TypeError, ["k_cache", "float8"]),
+    ("cache-e5m2", lambda a: {**a, "k_cache": a["k_cache"].view(torch.float8_e5m2),
+                              "v_cache": a["v_cache"].view(torch.float8_e5m2)}, {}, TypeError, ["k_cache"]),
+    ("cache-dtypes-differ", lambda a: {**a, "v_cache": a["v_cache"].view(torch.uint8)}, {}, TypeError, ["k_cache/v_cache"]),
+    ("uint8-without-fp8_dtype", _u8, {}, TypeError, ["fp8_dtype", "required"]),
+    ("fp8_dtype-e5m2", _u8, {"fp8_dtype": torch.float8_e5m2}, TypeError, ["fp8_dtype"]),
+    ("fp8_dtype-disagrees", lambda a: a, {"fp8_dtype": FNUZ}, ValueError, ["fp8_dtype", "disagrees"]),
+    ("k-int", lambda a: {**a, "k": a["k"].to(torch.int32)}, {}, TypeError, ["k:", "dtype"]),
+    ("k-2d", lambda a: {**a, "k": a["k"].flatten(1)}, {}, ValueError, ["k:", "(T, H, D)"]),
+    ("v-T-differs", lambda a: {**a, "v": a["v"][:-1]}, {}, ValueError, ["v:", "shape"]),
+    ("v-H-differs", lambda a: {**a, "v": a["v"][:, :1]}, {}, ValueError, ["v:", "shape"]),
+    ("k-dims-not-contiguous", lambda a: {**a, "k": a["k"].transpose(1, 2).contiguous().transpose(1, 2)}, {}, ValueError, ["k:", "stride(2)"]),
+    ("v-heads-strided", lambda a: {**a, "v": torch.ones(8, 2, 48, dtype=torch.bfloat16)[:, :, :32]}, {}, ValueError, ["v:", "heads"]),
+    ("loc-float", lambda a: {**a, "loc": a["loc"].float()}, {}, TypeError, ["loc", "int32"]),
+    ("loc-2d", lambda a: {**a, "loc": a["loc"].view(2, 4)}, {}, ValueError, ["loc", "1-D"]),
+    ("loc-short", lambda a: {**a, "loc": a["loc"][:-1]}, {}, ValueError, ["loc", "length"]),
+    ("loc-list", lambda a: {**a, "loc": list(range(8))}, {}, TypeError, ["loc"]),
+    ("loc-device", lambda a: {**a, "loc": torch.arange(8, device="meta")}, {}, ValueError, ["loc", "device"]),
+    ("k5d-X8", lambda a: {**a, "k_cache": a["k_cache"].reshape(2, 2, 4, 32, 8)}, {}, ValueError, ["k_cache", "X = 16"]),
+    ("k5d-H-wrong", lambda a: {**a, "k_cache": a["k_cache"].reshape(1, 4, 2, 32, 16)}, {}, ValueError, ["k_cache"]),
+    ("v5d-page-mismatch", lambda a: {**a, "v_cache": a["v_cache"].reshape(2, 2, 1, 64, 16)}, {}, ValueError, ["v_cache", "page"]),
+    ("v5d-D-wrong", lambda a: {**a, "v": torch.ones(8, 2, 16, dtype=torch.bfloat16)}, {}, ValueError, ["v_cache"]),
+    ("v5d-blocks-differ", lambda a: {**a, "v_cache": a["v_cache"][:1]}, {}, ValueError, ["v_cache"]),
+    ("k5d-not-contiguous", lambda a: {**a, "k_cache": a["k_cache"].transpose(0, 1)}, {}, ValueError, ["k_cache"]),
+    ("ranks-mixed", lambda a: {**a, "v_cache": a["v_cache"].reshape(64, 2, 32)}, {}, ValueError, ["k_cache/v_cache", "5-D"]),
+    ("cache-4d", lambda a: {**a, "k_cache": a["k_cache"].reshape(2, 2, 64, 16),
+                            "v_cache": a["v_cache"].reshape(2, 2, 64, 16)}, {}, ValueError, ["k_cache/v_cache"]),
+    ("k-not-tensor", lambda a: {**a, "k": a["k"].tolist()}, {}, TypeError, ["k:"]),
+]
+
+
+@pytest.mark.parametrize("bad", BAD, ids=[b[0] for b in BAD])
+def test_validation_errors_leave_buffers_unchanged(bad):
+    name, mutate, extra, exc, words = bad
+    args = mutate(_valid_args())
+    snap = {n: ref.bits(t) for n, t in args.items() if isinstance(t, torch.Tensor) and t.device.type == "cpu"}
+    with pytest.raises(exc) as info:
+        fw.write_kv_fp8(**args, **extra)
+    msg = str(info.value)
+    for w in words:
+        assert w in msg, f"{w!r} not in {msg!r}"
+    for n, b in snap.items():
+        assert torch.equal(ref.bits(args[n]), b), f"{n} changed although the call was refused"
+
+
+def test_nhd_validation_shapes():
+    a = _valid_args("nhd")
+    with pytest.raises(ValueError, match="k_cache"):
+        fw.write_kv_fp8(**{**a, "k_cache": a["k_cache"][:, :1]})
+    with pytest.raises(ValueError, match="v_cache"):
+        fw.write_kv_fp8(**{**a, "v_cache": a["v_cache"][:10]})
+    with pytest.raises(ValueError, match="v_cache"):
+        fw.write_kv_fp8(**{**a, "v_cache": a["v_cache"][:, :, :16]})
+
+
+# --------------------------------------------------------------------------- #
+# Round trip through SGLang's own 5D reader                                   #
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("fp8_dtype", [FN, FNUZ])
+def test_round_trip_with_sglang_gather(fp8_dtype):
+    shuffle = pytest.importorskip(
+        "sglang.kernels.ops.kvcache.shuffle_5d_cache",
+        reason="SGLang 0.5.23 layout module (sglang.kernels.ops.kvcache.shuffle_5d_cache) not importable",
+    )
+    if type(shuffle.gather_shuffle_5d_to_linear).__name__ != "InterpretedFunction":
+        shuffle = importlib.reload(shuffle)
+    g = _gen(31)
+    H, D, page, nb, T = 2, 32, 32, 6, 70
+    k = ref.make_input(T, H, D, torch.bfloat16, gen=g)
+    v = ref.make_input(T, H, D, torch.bfloat16, gen=g)
+    kc, vc = ref.make_caches("5d", nb, page, H, D, D, gen=g)
+    loc = ref.loc_pattern("mixed", T, nb * page, page, gen=g)
+    free = [s for s in range(nb * page) if s not in set(loc.tolist())]
+    loc[loc < 0] = torch.tensor(free[: int((loc < 0).sum())], dtype=torch.int64)
+    assert int(loc.min()) >= 0
+    fw.write_kv_fp8(k, v, kc, vc, loc, 0.25, torch.tensor([3.0]), fp8_dtype=fp8_dtype)
+    k_out, v_out = shuffle.launch_gather_shuffle_5d_to_linear(kc, vc, loc)
+    assert torch.equal(k_out, ref.quantize_fp8_fp32(k, 0.25, fp8_dtype))
+    assert torch.equal(v_out, ref.quantize_fp8_fp32(v, 3.0, fp8_dtype))
