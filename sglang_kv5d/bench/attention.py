@@ -1,0 +1,346 @@
+"""5D decode attention (``decode_attention_5d``) against SGLang's Triton decode kernel.
+
+Each row builds one random KV cache in the SHUFFLE 5D layout (page 64) and the
+same data in SGLang's NHD token layout, then times, as CUDA-graph replay medians
+(:mod:`sglang_kv5d.bench.common`):
+
+* ours: :func:`sglang_kv5d.kernels.attention_5d.decode_attention_5d`, default
+  (shape-derived) split count;
+* the peer: SGLang's ``decode_attention_fwd`` (``kernels/ops/attention/
+  decode_attention.py`` in 0.5.23) on the NHD cache with one ``kv_indices``
+  entry per token, as SGLang's Triton backend calls it, at every split count in
+  a candidate list; the fastest is reported.
+
+Throughput is KV bytes read (K + V of every context token, plus q / out / block
+table) per second, as a fraction of the measured device copy bandwidth.
+
+The peer is imported from an installed SGLang, else from a copy made by
+``scripts/gpu/attention_prepare_peer.py`` (``SGLANG_KV5D_PEER_PATH`` or
+``./.peer_sglang``). Run: ``python -m sglang_kv5d.bench.attention --json out.json``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from typing import Callable, Optional
+
+GEOMETRIES = [  # (H_q, H_kv, D): Qwen3.5 TP8 rank, Qwen3.5 TP1, Llama-like
+    (4, 1, 256),
+    (16, 2, 256),
+    (32, 8, 128),
+]
+BATCHES = (1, 32, 128)
+CONTEXTS = (1024, 8192, 32768)
+KV_DTYPES = ("bf16", "fp8_e4m3fn")
+PAGE = 64
+PEER_SPLITS = (1, 2, 4, 8, 16, 32, 64)
+
+TARGET_BW_FRACTION = 0.70
+TARGET_BW_TOKENS = 256 * 1024
+TARGET_BS1_SPEEDUP = 3.0
+
+
+def load_peer():
+    """SGLang's ``decode_attention_fwd`` and where it came from."""
+    try:
+        from sglang.kernels.ops.attention.decode_attention import decode_attention_fwd
+
+        return decode_attention_fwd, "sglang.kernels.ops.attention.decode_attention"
+    except Exception:
+        pass
+    for path in (os.environ.get("SGLANG_KV5D_PEER_PATH"), os.path.join(os.getcwd(), ".peer_sglang")):
+        if path and os.path.isdir(path):
+            if path not in sys.path:
+                sys.path.insert(0, path)
+            from sglang_peer.decode_attention import decode_attention_fwd  # type: ignore
+
+            src = ""
+            try:
+                with open(os.path.join(path, "sglang_peer", "SOURCE")) as f:
+                    src = f.read().strip()
+            except OSError:
+                pass
+            return decode_attention_fwd, f"copy of {src or 'SGLang decode_attention.py'}"
+    raise RuntimeError(
+        "SGLang's decode_attention_fwd is not importable: install SGLang or run "
+        "scripts/gpu/attention_prepare_peer.py and carry .peer_sglang"
+    )
+
+
+def build_case(bs, ctx, H_q, H_kv, D, kv, device, *, seed=0, page=PAGE):
+    """Random 5D cache + the same data in NHD token layout, tables, q."""
+    import torch
+
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    fp8 = kv.startswith("fp8")
+    X = 16 if fp8 else 8
+    pages_per_seq = -(-ctx // page)
+    nb = bs * pages_per_seq + 1
+    store = torch.float8_e4m3fn if fp8 else torch.bfloat16
+
+    def rnd(shape):
+        t = torch.randn(shape, generator=g, device=device, dtype=torch.bfloat16)
+        return t.to(store)
+
+    k5 = rnd((nb, H_kv, D // X, page, X))
+    v5 = rnd((nb, H_kv, page // X, D, X))
+    perm = torch.randperm(nb, generator=g, device=device)[: bs * pages_per_seq]
+    bt = perm.reshape(bs, pages_per_seq).to(torch.int32)
+    ctx_lens = torch.full((bs,), ctx, dtype=torch.int32, device=device)
+    q = torch.randn((bs, H_q, D), generator=g, device=device, dtype=torch.bfloat16)
+    return dict(q=q, k5=k5, v5=v5, bt=bt, ctx=ctx_lens, X=X, page=page, fp8=fp8)
+
+
+def nhd_for_peer(case):
+    """The same K/V as ``(num_blocks * page, H_kv, D)`` + per-token indices."""
+    import torch
+
+    k5, v5, page, bt = case["k5"], case["v5"], case["page"], case["bt"]
+    nb, H, C, P, X = k5.shape
+    D = C * X
+    k_nhd = k5.permute(0, 3, 1, 2, 4).reshape(nb * P, H, D).contiguous()
+    v_nhd = v5.permute(0, 2, 4, 1, 3).reshape(nb * P, H, D).contiguous()
+    bs = bt.shape[0]
+    ctx = int(case["ctx"][0].item()) if bs else 0
+    tok = bt.long()[:, :, None] * P + torch.arange(P, device=bt.device)[None, None, :]
+    kv_indices = tok.reshape(bs, -1)[:, :ctx].reshape(-1).contiguous()
+    kv_indptr = torch.arange(bs + 1, device=bt.device, dtype=torch.int32) * ctx
+    return k_nhd, v_nhd, kv_indptr, kv_indices
+
+
+def peer_call(decode_attention_fwd, q, k_nhd, v_nhd, kv_indptr, kv_indices, out, splits, sm_scale):
+    import torch
+
+    bs, H_q, D = q.shape
+    num_kv_splits = torch.full((bs,), splits, dtype=torch.int32, device=q.device)
+    logits = torch.empty((bs, H_q, splits, D), dtype=torch.float32, device=q.device)
+    lse = torch.empty((bs, H_q, splits), dtype=torch.float32, device=q.device)
+
+    def fn():
+        decode_attention_fwd(
+            q, k_nhd, v_nhd, out, kv_indptr, kv_indices, logits, lse, num_kv_splits,
+            splits, sm_scale, 1.0, 1.0,
+        )
+
+    return fn
+
+
+def _time(fn, est_us: float) -> float:
+    from sglang_kv5d.bench.common import graph_replay_median_us
+
+    inner = int(min(20, max(1, 3000.0 / max(est_us, 1.0))))
+    reps = 10 if est_us * inner > 20000 else 20
+    return graph_replay_median_us(fn, inner=inner, reps=reps, warmup=2)
+
+
+def _kv_bytes(bs, ctx, H_q, H_kv, D, elem):
+    kv = 2 * bs * ctx * H_kv * D * elem
+    qo = 2 * bs * H_q * D * 2
+    table = bs * (-(-ctx // PAGE)) * 4
+    return kv + qo + table
+
+
+def run_row(bs, ctx, geom, kv, *, bw, peer, device="cuda", peer_splits=PEER_SPLITS, check=True):
+    import torch
+
+    from sglang_kv5d.kernels.attention_5d import decode_attention_5d
+
+    H_q, H_kv, D = geom
+    case = build_case(bs, ctx, H_q, H_kv, D, kv, device)
+    sm_scale = 1.0 / math.sqrt(D)
+    q = case["q"]
+    out = torch.empty_like(q)
+    scale = torch.ones(1, dtype=torch.float32, device=device) if case["fp8"] else None
+
+    def ours():
+        decode_attention_5d(
+            q, case["k5"], case["v5"], case["bt"], case["ctx"], sm_scale=sm_scale,
+            k_scale=scale, v_scale=scale, out=out,
+        )
+
+    elem = 1 if case["fp8"] else 2
+    nbytes = _kv_bytes(bs, ctx, H_q, H_kv, D, elem)
+    est = nbytes / (0.6 * bw) * 1e6
+    ours()
+    torch.cuda.synchronize()
+    ours_us = _time(ours, est)
+    row = dict(
+        kv=kv, H_q=H_q, H_kv=H_kv, D=D, bs=bs, ctx=ctx, page=PAGE, bytes=nbytes,
+        ours_us=ours_us, ours_bw_fraction=nbytes / (ours_us * 1e-6) / bw,
+    )
+    try:
+        from sglang_kv5d.kernels.attention_5d import default_num_splits
+
+        row["ours_splits"] = default_num_splits(bs, H_kv, 1, case["bt"].shape[1] * PAGE, q.device)
+    except Exception:
+        pass
+
+    if peer is not None:
+        k_nhd, v_nhd, kv_indptr, kv_indices = nhd_for_peer(case)
+        out_peer = torch.empty_like(q)
+        sm = torch.cuda.get_device_properties(q.device).multi_processor_count
+        tiles = -(-H_q // min(16, H_q // H_kv))
+        cands = [s for s in peer_splits if s == 1 or bs * tiles * s <= 8 * sm]
+        if len(cands) < 2:
+            cands = list(peer_splits[:2])
+        best = None
+        tried = {}
+        for s in cands:
+            fn = peer_call(peer, q, k_nhd, v_nhd, kv_indptr, kv_indices, out_peer, s, sm_scale)
+            try:
+                fn()
+                torch.cuda.synchronize()
+                us = _time(fn, est)
+            except Exception as exc:  # pragma: no cover - reported
+                tried[str(s)] = f"error: {type(exc).__name__}: {exc}"[:200]
+                continue
+            tried[str(s)] = us
+            if best is None or us < best[1]:
+                best = (s, us)
+        row["peer_tried"] = tried
+        if best is not None:
+            row["peer_splits"], row["peer_us"] = best
+            row["peer_bw_fraction"] = nbytes / (best[1] * 1e-6) / bw
+            row["speedup_vs_peer"] = best[1] / ours_us
+            if check:
+                fn = peer_call(peer, q, k_nhd, v_nhd, kv_indptr, kv_indices, out_peer, best[0], sm_scale)
+                fn()
+                ours()
+                torch.cuda.synchronize()
+                row["max_abs_diff_vs_peer"] = float((out.float() - out_peer.float()).abs().max())
+        del k_nhd, v_nhd, kv_indices
+    if check:
+        from sglang_kv5d.kernels.attention_reference import decode_attention_5d_ref
+
+        ref = decode_attention_5d_ref(
+            q[:1], case["k5"], case["v5"], case["bt"][:1], case["ctx"][:1], sm_scale=sm_scale,
+            k_scale=scale, v_scale=scale,
+        )
+        row["max_abs_err_seq0_vs_fp64"] = float((out[:1].double() - ref).abs().max())
+    row["targets"] = evaluate_targets(row)
+    del case
+    torch.cuda.empty_cache()
+    return row
+
+
+def evaluate_targets(row) -> dict:
+    t = {}
+    if "peer_us" in row:
+        t["ge_peer"] = row["ours_us"] <= row["peer_us"] * 1.0
+    if row["bs"] * row["ctx"] >= TARGET_BW_TOKENS:
+        t["bw_ge_70pct"] = row["ours_bw_fraction"] >= TARGET_BW_FRACTION
+    if row["bs"] == 1 and row["ctx"] >= 8192 and "peer_us" in row:
+        t["bs1_3x_peer"] = row["peer_us"] / row["ours_us"] >= TARGET_BS1_SPEEDUP
+    return t
+
+
+def run(device: str = "cuda", progress: Optional[Callable[[str], None]] = None, *,
+        geometries=None, batches=None, contexts=None, kv_dtypes=None) -> dict:
+    """Run the whole table. Returns a JSON-serialisable dict."""
+    import torch
+
+    from sglang_kv5d.bench.common import copy_bandwidth_bytes_per_s, device_description
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("the attention benchmark needs a GPU")
+    say = progress or (lambda s: None)
+    info = device_description(device if device != "cuda" else None)
+    bw = copy_bandwidth_bytes_per_s(device)
+    try:
+        peer, peer_src = load_peer()
+    except Exception as exc:
+        peer, peer_src = None, f"unavailable: {exc}"
+    say(f"copy bandwidth {bw / 1e9:.0f} GB/s; peer: {peer_src}")
+    rows = []
+    t0 = time.time()
+    for kv in kv_dtypes or KV_DTYPES:
+        for geom in geometries or GEOMETRIES:
+            for bs in batches or BATCHES:
+                for ctx in contexts or CONTEXTS:
+                    row = run_row(bs, ctx, geom, kv, bw=bw, peer=peer, device=device)
+                    rows.append(row)
+                    say(
+                        f"[{time.time() - t0:6.1f}s] {kv} {geom[0]}/{geom[1]} D{geom[2]} bs{bs} ctx{ctx}: "
+                        f"ours {row['ours_us']:.1f}us ({100 * row['ours_bw_fraction']:.0f}% bw) "
+                        f"peer {row.get('peer_us', float('nan')):.1f}us"
+                    )
+    summary = summarize(rows)
+    return dict(
+        benchmark="decode_attention_5d",
+        date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        device=info,
+        copy_bandwidth_bytes_per_s=bw,
+        peer=peer_src,
+        page=PAGE,
+        rows=rows,
+        summary=summary,
+    )
+
+
+def summarize(rows) -> dict:
+    s = {}
+    for key in ("ge_peer", "bw_ge_70pct", "bs1_3x_peer"):
+        vals = [r["targets"][key] for r in rows if key in r.get("targets", {})]
+        s[key] = dict(met=sum(vals), of=len(vals))
+    return s
+
+
+def format_table(result: dict) -> str:
+    dev = result.get("device", {})
+    bw = result.get("copy_bandwidth_bytes_per_s", 0.0)
+    lines = [
+        f"decode_attention_5d vs SGLang Triton decode ({result.get('peer', '?')})",
+        f"{dev.get('gpu', '?')} driver {dev.get('driver', '?')}, torch {dev.get('torch', '?')}, "
+        f"triton {dev.get('triton', '?')}; copy bandwidth {bw / 1e9:.0f} GB/s; page {result.get('page')}",
+        "",
+        "| KV | H_q/H_kv | D | bs | ctx | ours us | ours % copy BW | splits | peer us (splits) | peer % BW | speedup | targets |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result.get("rows", []):
+        t = r.get("targets", {})
+        marks = ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in t.items())
+        peer = (
+            f"{r['peer_us']:.1f} ({r['peer_splits']})" if "peer_us" in r else "n/a"
+        )
+        lines.append(
+            f"| {r['kv']} | {r['H_q']}/{r['H_kv']} | {r['D']} | {r['bs']} | {r['ctx']} | "
+            f"{r['ours_us']:.1f} | {100 * r['ours_bw_fraction']:.1f}% | {r.get('ours_splits', '')} | {peer} | "
+            f"{100 * r.get('peer_bw_fraction', float('nan')):.1f}% | "
+            f"{r.get('speedup_vs_peer', float('nan')):.2f}x | {marks} |"
+        )
+    s = result.get("summary", {})
+    if s:
+        lines.append("")
+        lines.append(
+            "targets: "
+            + "; ".join(f"{k}: {v['met']}/{v['of']} rows met" for k, v in s.items())
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", help="write the result here")
+    ap.add_argument("--quick", action="store_true", help="one geometry, bf16, ctx 8k only")
+    args = ap.parse_args(argv)
+    kw = {}
+    if args.quick:
+        kw = dict(geometries=GEOMETRIES[:1], kv_dtypes=KV_DTYPES[:1], contexts=(8192,))
+    res = run(progress=lambda s: print(s, flush=True), **kw)
+    res["command"] = "python -m sglang_kv5d.bench.attention" + (" " + " ".join(argv or sys.argv[1:])).rstrip()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+    print(format_table(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
