@@ -713,12 +713,14 @@ def make_plan(
     command: str = LAUNCH,
     environ: Optional[Mapping[str, str]] = None,
     *,
-    parser_factory=build_sglang_parser,
-    probe=probe_patch_problems,
+    parser_factory=None,
+    probe=None,
 ) -> Plan:
     """Parse, merge, translate and check; never execs. Raises UsageError for exit-2 problems
     of our own (SGLang's parse errors land in ``plan.parse_error``)."""
     base = dict(os.environ if environ is None else environ)
+    parser_factory = parser_factory or build_sglang_parser
+    probe = probe or probe_patch_problems  # looked up per call (tests substitute it)
     opts, cli_args = split_argv(argv, command)
     plan = Plan(command=command, options=opts)
     if opts.help or opts.explain:

@@ -325,15 +325,24 @@ def _kv5d001(ctx: Context, rule: Rule):
     (`_use_aiter = envs.SGLANG_USE_AITER.get() and is_hip()`). Without it the
     layout request is silently ignored and the pool is NHD.
 
-    Fires when `{LAYOUT_ENV}=vectorized_5d` and `{USE_AITER_ENV}` is not true
-    (`1`, `true`, `yes`, `y`, any case) in the launch environment.
+    Fires when `{LAYOUT_ENV}=vectorized_5d` and `{USE_AITER_ENV}` is not `1` or
+    `true` (any case) in the launch environment. `yes` / `y` fire too: the pool
+    (`Envs`) reads them as true, but the many modules that read the variable with
+    `get_bool_env_var` (fp8_utils, unquant, vision, ...) read them as false.
     """,
 )
 def _kv5d002(ctx: Context, rule: Rule):
     if not ctx.wants_5d:
         return
     raw = ctx.env.get(USE_AITER_ENV)
+    if raw is not None and raw.lower() in ("1", "true"):
+        return
     if env_bool(raw):
+        yield rule.finding(
+            f"{USE_AITER_ENV}={raw!r} is read as true by SGLang's Envs (the KV pool) but as false by the "
+            "modules that use get_bool_env_var (fp8_utils, unquant, vision, ...): AITER would be half on",
+            f"export {USE_AITER_ENV}=1",
+        )
         return
     state = "is not set" if raw is None else f"is {raw!r}, which SGLang reads as false"
     yield rule.finding(

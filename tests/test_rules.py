@@ -1,0 +1,261 @@
+"""KV5D rules through ``sglang-kv5d check``: for every rule a case that fires and
+a near miss that does not.
+
+The matrix runs through the real click ``check`` command and the installed
+SGLang's parser, in ONE helper subprocess (tests/helpers/cli.py --batch: each
+case gets its own environment); separate real subprocesses cover most rules
+firing together, KV5D001, KV5D010 (with a fake SGLang version in the
+distribution metadata), --explain, and the shipped profile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+import pytest
+
+from tests.helpers.cli import PROFILE, ROOT, run_batch, run_cli
+
+from sglang_kv5d import rules
+
+FIVE_D = {"SGLANG_USE_AITER": "1", "SGLANG_AITER_KV_CACHE_LAYOUT": "vectorized_5d"}
+NHD = {"SGLANG_USE_AITER": "1"}
+MODEL = ["--model-path", "/models/Llama-3.1-8B-Instruct"]
+GOOD = MODEL + ["--attention-backend", "aiter", "--kv-cache-dtype", "fp8_e4m3", "--page-size", "64"]
+ROCM = ["check", "--kv5d-json", "--kv5d-platform", "rocm"]
+
+
+def _case(rule_id, fires, argv, env, probe=()):
+    c = {"rule": rule_id, "fires": fires, "argv": argv, "env": env}
+    if probe != ():
+        c["probe"] = probe
+    else:
+        c["probe"] = []  # no patch problems: keep KV5D011 out of unrelated cases
+    return c
+
+
+CASES = [
+    # KV5D001: the layout value, compared case-insensitively, no trimming.
+    _case("KV5D001", True, ROCM + GOOD, {**NHD, "SGLANG_AITER_KV_CACHE_LAYOUT": "vectorised_5d"}),
+    _case("KV5D001", False, ROCM + GOOD, {**NHD, "SGLANG_AITER_KV_CACHE_LAYOUT": "NHD"}),
+    # KV5D002: SGLANG_USE_AITER must be 1/true.
+    _case("KV5D002", True, ROCM + GOOD, {"SGLANG_AITER_KV_CACHE_LAYOUT": "vectorized_5d"}),
+    _case("KV5D002", True, ROCM + GOOD, {**FIVE_D, "SGLANG_USE_AITER": "yes"}),
+    _case("KV5D002", False, ROCM + GOOD, {**FIVE_D, "SGLANG_USE_AITER": "TRUE"}),
+    # KV5D003: platform.
+    _case("KV5D003", True, ["check", "--kv5d-json", "--kv5d-platform", "cuda"] + GOOD, FIVE_D),
+    _case("KV5D003", False, ["check", "--kv5d-json", "--kv5d-platform", "cuda"] + GOOD, NHD),
+    # KV5D004: unified memory.
+    _case("KV5D004", True, ROCM + GOOD + ["--enable-unified-memory"], FIVE_D),
+    _case("KV5D004", False, ROCM + GOOD + ["--enable-unified-memory"], NHD),
+    # KV5D005: any speculative algorithm; DFLASH named.
+    _case("KV5D005", True, ROCM + GOOD + ["--speculative-algorithm", "DFLASH"], FIVE_D),
+    _case("KV5D005", True, ROCM + GOOD + ["--speculative-algorithm", "EAGLE"], FIVE_D),
+    _case("KV5D005", False, ROCM + GOOD + ["--speculative-algorithm", "EAGLE"], NHD),
+    # KV5D006: hierarchical cache / LMCache.
+    _case("KV5D006", True, ROCM + GOOD + ["--enable-hierarchical-cache"], FIVE_D),
+    _case("KV5D006", True, ROCM + GOOD + ["--enable-lmcache"], FIVE_D),
+    _case("KV5D006", False, ROCM + GOOD + ["--hicache-ratio", "2"], FIVE_D),
+    # KV5D007: HND wins silently.
+    _case("KV5D007", True, ROCM + GOOD, {**FIVE_D, "SGLANG_USE_HND_KVCACHE": "1"}),
+    _case("KV5D007", False, ROCM + GOOD, {**FIVE_D, "SGLANG_USE_HND_KVCACHE": "0"}),
+    # KV5D008: page size vs X (16 for fp8, 8 for bf16); unset -> 64.
+    _case("KV5D008", True, ROCM + MODEL + ["--attention-backend", "aiter", "--kv-cache-dtype", "fp8_e4m3",
+                                           "--page-size", "8"], FIVE_D),
+    _case("KV5D008", False, ROCM + MODEL + ["--attention-backend", "aiter", "--kv-cache-dtype", "bf16",
+                                            "--page-size", "8"], FIVE_D),
+    _case("KV5D008", False, ROCM + MODEL + ["--attention-backend", "aiter", "--kv-cache-dtype", "fp8_e4m3"], FIVE_D),
+    # KV5D009: attention backends, overrides included.
+    _case("KV5D009", True, ROCM + GOOD + ["--decode-attention-backend", "triton"], FIVE_D),
+    _case("KV5D009", True, ROCM + MODEL + ["--attention-backend", "triton"], FIVE_D),
+    _case("KV5D009", False, ROCM + GOOD + ["--decode-attention-backend", "aiter"], FIVE_D),
+    # KV5D011: patch probe problems (injected probe; the real one is used by the profile test).
+    _case("KV5D011", True, ROCM + GOOD, FIVE_D, probe=[["fp8-kv-write", "MHATokenToKVPool.set_kv_buffer: no parameter 'loc'"]]),
+    _case("KV5D011", False, ROCM + GOOD, NHD, probe=[["fp8-kv-write", "MHATokenToKVPool.set_kv_buffer: no parameter 'loc'"]]),
+    _case("KV5D011", False, ROCM + GOOD, FIVE_D, probe=None),
+    # KV5D012: SGLANG_* names the installed SGLang never reads.
+    _case("KV5D012", True, ROCM + GOOD, {**FIVE_D, "SGLANG_USE_AITR": "1"}),
+    _case("KV5D012", False, ROCM + GOOD, {**FIVE_D, "SGLANG_USE_AITER_UNIFIED_ATTN": "0", "SGLANG_KV5D_ATTN_IMPL": "auto"}),
+]
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return run_batch(CASES)
+
+
+def _ids(result):
+    assert result["code"] in (0, 1), result
+    return {f["id"] for f in json.loads(result["out"])}, json.loads(result["out"])
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[f"{c['rule']}-{'fires' if c['fires'] else 'near-miss'}-{i}" for i, c in enumerate(CASES)])
+def test_rule_matrix(batch, index):
+    case, result = CASES[index], batch[index]
+    ids, findings = _ids(result)
+    assert (case["rule"] in ids) == case["fires"], (case, result)
+    has_error = any(f["severity"] == "error" for f in findings)
+    assert result["code"] == (1 if has_error else 0), result
+    for f in findings:
+        assert set(f) == {"id", "severity", "message", "fix"} and f["message"] and f["fix"]
+
+
+def test_matrix_covers_every_rule():
+    fired = {c["rule"] for c in CASES if c["fires"]}
+    missed = {c["rule"] for c in CASES if not c["fires"]}
+    # KV5D010 needs another SGLang version in the metadata: real subprocesses below.
+    assert fired | {"KV5D010"} == set(rules.RULES)
+    assert missed | {"KV5D010"} == set(rules.RULES)
+
+
+def test_messages_name_specifics(batch):
+    by = {i: {f["id"]: f for f in json.loads(r["out"])} for i, r in enumerate(batch)}
+    dflash = by[CASES.index(next(c for c in CASES if "DFLASH" in c["argv"]))]["KV5D005"]
+    assert "DFLASH" in dflash["message"] and "triton" in dflash["message"]
+    typo = by[CASES.index(next(c for c in CASES if "SGLANG_USE_AITR" in c["env"]))]["KV5D012"]
+    assert typo["severity"] == "warning" and "SGLANG_USE_AITER" in typo["message"]
+    layout = by[0]["KV5D001"]
+    assert "'vectorized_5d'" in layout["message"]  # the suggestion
+
+
+def test_no_probe_is_reported_as_such(batch):
+    i = next(i for i, c in enumerate(CASES) if c.get("probe") is None)
+    assert "KV5D011 not checked" in batch[i]["err"]
+
+
+# ---------------------------------------------------------------------------
+# Real subprocesses
+
+
+@pytest.mark.slow
+def test_many_rules_fire_in_one_real_check_subprocess():
+    env = {"SGLANG_AITER_KV_CACHE_LAYOUT": "vectorized_5d", "SGLANG_USE_HND_KVCACHE": "true",
+           "SGLANG_ROCM_USE_AITER_LINEAR_SHUFFLE": "1"}
+    args = ["check", "--kv5d-json", "--kv5d-platform", "cpu", *MODEL, "--attention-backend", "triton",
+            "--kv-cache-dtype", "fp8_e4m3", "--page-size", "24", "--enable-unified-memory",
+            "--speculative-algorithm", "DFLASH", "--enable-lmcache"]
+    p = run_cli(args, env)
+    assert p.returncode == 1, p
+    ids = {f["id"] for f in json.loads(p.stdout)}
+    assert {"KV5D002", "KV5D003", "KV5D004", "KV5D005", "KV5D006", "KV5D007", "KV5D008", "KV5D009",
+            "KV5D012"} <= ids, p.stdout
+
+
+@pytest.mark.slow
+def test_kv5d001_real_subprocess_human_output():
+    p = run_cli(["check", "--kv5d-platform", "rocm", *GOOD], {**NHD, "SGLANG_AITER_KV_CACHE_LAYOUT": "5d"})
+    assert p.returncode == 1, p
+    assert "KV5D001 error:" in p.stdout and "fix:" in p.stdout and "failed: 1 error(s)" in p.stdout
+
+
+def _fake_sglang_version(tmp: str, version: str) -> str:
+    """A directory whose sglang dist-info claims ``version`` (SGLang itself still
+    imports from the venv): importlib.metadata reads the first one on sys.path."""
+    d = os.path.join(tmp, version)
+    info = os.path.join(d, f"sglang-{version}.dist-info")
+    os.makedirs(info)
+    with open(os.path.join(info, "METADATA"), "w") as fh:
+        fh.write(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+    return d
+
+
+@pytest.fixture(scope="module")
+def fake_versions():
+    with tempfile.TemporaryDirectory() as tmp:
+        yield {v: _fake_sglang_version(tmp, v) for v in ("0.5.12", "0.5.14", "0.5.99")}
+
+
+@pytest.mark.slow
+def test_kv5d010_refused_version(fake_versions):
+    p = run_cli(ROCM + GOOD, FIVE_D, pythonpath=fake_versions["0.5.12"])
+    assert p.returncode == 1, p
+    f = {f["id"]: f for f in json.loads(p.stdout)}
+    assert "KV5D010" in f and "0.5.12" in f["KV5D010"]["message"] and "too old" in f["KV5D010"]["message"]
+
+
+@pytest.mark.slow
+def test_kv5d010_untested_version_and_override(fake_versions):
+    p = run_cli(ROCM + GOOD, FIVE_D, pythonpath=fake_versions["0.5.99"])
+    assert p.returncode == 1 and "KV5D010" in p.stdout, p
+    p = run_cli(ROCM + GOOD, {**FIVE_D, "SGLANG_KV5D_ALLOW_UNTESTED": "1"}, pythonpath=fake_versions["0.5.99"])
+    assert "KV5D010" not in {f["id"] for f in json.loads(p.stdout)}, p
+
+
+@pytest.mark.slow
+def test_kv5d010_best_effort_hybrid_needs_disable_radix_cache(fake_versions, tmp_path):
+    model = tmp_path / "some-model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["Qwen3_5MoeForConditionalGeneration"]}))
+    args = ROCM + ["--model-path", str(model), "--attention-backend", "aiter", "--kv-cache-dtype", "fp8_e4m3"]
+    p = run_cli(args, FIVE_D, pythonpath=fake_versions["0.5.14"])
+    ids = {f["id"] for f in json.loads(p.stdout)}
+    assert "KV5D010" in ids and p.returncode == 1, p
+    p = run_cli(args + ["--disable-radix-cache"], FIVE_D, pythonpath=fake_versions["0.5.14"])
+    assert "KV5D010" not in {f["id"] for f in json.loads(p.stdout)}, p
+
+
+@pytest.mark.slow
+def test_explain_real_subprocess():
+    p = run_cli(["check", "--explain", "KV5D005"])
+    assert p.returncode == 0, p
+    assert p.stdout.startswith("KV5D005 (error)") and "DFLASH" in p.stdout
+    assert p.stdout.strip() == rules.explain("KV5D005").strip()
+    p = run_cli(["check", "--explain", "KV5D05"])
+    assert p.returncode == 2 and "unknown rule" in p.stderr, p
+
+
+@pytest.mark.slow
+def test_shipped_profile_passes_on_rocm():
+    """The acceptance check: the deployment profile passes with the real patch probe."""
+    p = run_cli(["check", "--kv5d-profile", PROFILE, "--kv5d-platform", "rocm"])
+    assert p.returncode == 0, p
+    assert "passed: 0 error(s), 0 warning(s)" in p.stdout, p
+
+
+# ---------------------------------------------------------------------------
+# In-process: pure functions and the generated docs
+
+
+def test_docs_rules_md_is_generated_from_the_registry():
+    with open(os.path.join(ROOT, "docs", "rules.md"), encoding="utf-8") as fh:
+        assert fh.read() == rules.render_markdown(), (
+            "docs/rules.md is stale: run `python -m sglang_kv5d.rules --markdown > docs/rules.md`"
+        )
+
+
+def test_rule_ids_and_severities_are_stable():
+    assert sorted(rules.RULES) == [f"KV5D{i:03d}" for i in range(1, 13)]
+    assert {r for r, v in rules.RULES.items() if v.severity == "warning"} == {"KV5D012"}
+
+
+def test_vector_x():
+    assert rules.kv_vector_x("fp8_e4m3")[0] == 16
+    assert rules.kv_vector_x("fp8_e5m2")[0] == 16
+    assert rules.kv_vector_x("bf16")[0] == 8
+    assert rules.kv_vector_x("auto")[0] == 8
+    assert rules.kv_vector_x("auto", "float32")[0] == 4
+
+
+def test_context_accepts_namespace_and_mapping():
+    import argparse
+
+    for args in (argparse.Namespace(enable_unified_memory=True), {"enable_unified_memory": True}):
+        ctx = rules.make_context(FIVE_D, args, "0.5.23", "rocm")
+        assert [f.id for f in rules.evaluate(ctx)] == ["KV5D004"]
+
+
+def test_hybrid_guess(tmp_path):
+    assert rules.guess_hybrid_model("/models/Qwen3.5-397B-A17B-PTPC-FP8") is True
+    assert rules.guess_hybrid_model("/models/Llama-3.1-8B") is None
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    assert rules.guess_hybrid_model(str(tmp_path)) is False
+
+
+def test_env_scan_knows_sglang_names():
+    names = rules.sglang_env_names()
+    assert names is not None
+    assert {"SGLANG_USE_AITER", "SGLANG_AITER_KV_CACHE_LAYOUT", "SGLANG_VLM_CACHE_SIZE_MB"} <= names
+    assert "SGLANG_ROCM_USE_AITER_LINEAR_SHUFFLE" not in names
