@@ -11,6 +11,8 @@ from sglang_kv5d.patches import BUILTIN_PATCH_MODULES, load_builtin
 from sglang_kv5d.surface import READ, SURFACES
 from tests.helpers.subproc import ROOT
 
+pytestmark = pytest.mark.sglang_independent
+
 MANIFESTS = load_manifests()
 # Table rows used by the activation machinery itself rather than by a patch.
 ENGINE_ROWS = {"plugins.load_plugins"}

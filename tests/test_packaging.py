@@ -16,6 +16,8 @@ import pytest
 
 from tests.helpers.subproc import ROOT, clean_env
 
+pytestmark = pytest.mark.sglang_independent
+
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):

@@ -20,6 +20,8 @@ from sglang_kv5d.versions import parse_version
 from tests.helpers.source_contract import WheelSource, find, imports_name_from
 from tests.helpers.subproc import ROOT
 
+pytestmark = pytest.mark.sglang_independent
+
 WHEEL_DIR = os.path.join(ROOT, ".cache", "wheels")
 REQUIRED_VERSIONS = ("0.5.13.post1", "0.5.16", "0.5.20", "0.5.23")
 
