@@ -74,7 +74,7 @@ def _round_to_grid_f64(m: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
 
 def _encode(q_sign_negative: torch.Tensor, rounded: torch.Tensor, nan: torch.Tensor,
             fp8_dtype: torch.dtype) -> torch.Tensor:
-    table = _positive_table(fp8_dtype)
+    table = _positive_table(fp8_dtype).to(rounded.device)
     mag = torch.searchsorted(table, rounded.contiguous())
     exact = table[mag.clamp(max=table.numel() - 1)] == rounded
     assert bool(exact[~nan].all()), "value not on the FP8 grid"
@@ -92,7 +92,7 @@ def quantize_fp8_f64(x: torch.Tensor, scale: Union[float, torch.Tensor],
                      fp8_dtype: torch.dtype) -> torch.Tensor:
     """uint8 codes of ``saturate(x / scale)`` computed in float64, rounded once."""
     s = scale_as_float32(scale)
-    q = x.detach().to("cpu", torch.float64) / s
+    q = x.detach().to(torch.float64) / s
     nan = torch.isnan(q)
     neg = torch.signbit(q)
     m = torch.clamp(q.abs(), max=FP8_MAX[fp8_dtype])
@@ -103,8 +103,8 @@ def quantize_fp8_f64(x: torch.Tensor, scale: Union[float, torch.Tensor],
 def quantize_fp8_fp32(x: torch.Tensor, scale: Union[float, torch.Tensor],
                       fp8_dtype: torch.dtype) -> torch.Tensor:
     """uint8 codes of ``clamp(x.float() / scale, -max, max).to(fp8)`` (torch's rounding)."""
-    s = torch.tensor(scale_as_float32(scale), dtype=torch.float32)
-    q = x.detach().to("cpu", torch.float32) / s
+    s = torch.tensor(scale_as_float32(scale), dtype=torch.float32, device=x.device)
+    q = x.detach().to(torch.float32) / s
     fmax = FP8_MAX[fp8_dtype]
     q = torch.clamp(q, -fmax, fmax)
     return q.to(fp8_dtype).view(torch.uint8)
@@ -145,7 +145,7 @@ def reference_write_kv_fp8(
     fp8_dtype: Optional[torch.dtype] = None,
     mode: str = "f64",
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Expected cache bytes after the write, as new CPU uint8 tensors.
+    """Expected cache bytes after the write, as new uint8 tensors on the caches' device.
 
     ``mode="f64"`` uses :func:`quantize_fp8_f64`, ``mode="fp32"`` uses
     :func:`quantize_fp8_fp32`. Slots < 0 (and >= the cache size) are skipped.
@@ -153,14 +153,15 @@ def reference_write_kv_fp8(
     if fp8_dtype is None:
         fp8_dtype = k_cache.dtype
     quant = {"f64": quantize_fp8_f64, "fp32": quantize_fp8_fp32}[mode]
-    kc = k_cache.detach().to("cpu").view(torch.uint8).clone()
-    vc = v_cache.detach().to("cpu").view(torch.uint8).clone()
-    loc = loc.detach().to("cpu", torch.int64)
+    # computed on the caches' device (CPU or GPU), returned there
+    kc = k_cache.detach().view(torch.uint8).clone()
+    vc = v_cache.detach().view(torch.uint8).clone()
+    loc = loc.detach().to(kc.device, torch.int64)
     keep = (loc >= 0) & (loc < _n_slots(kc))
     idx = keep.nonzero().flatten()
     slots = loc[idx]
-    qk = quant(k.detach().to("cpu")[idx], k_scale, fp8_dtype)
-    qv = quant(v.detach().to("cpu")[idx], v_scale, fp8_dtype)
+    qk = quant(k.detach()[idx.to(k.device)], k_scale, fp8_dtype).to(kc.device)
+    qv = quant(v.detach()[idx.to(v.device)], v_scale, fp8_dtype).to(kc.device)
     if kc.dim() == 3:
         kc[slots] = qk
         vc[slots] = qv

@@ -57,7 +57,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["write_kv_fp8", "FP8_MAX", "supported_fp8_dtypes"]
+__all__ = ["write_kv_fp8", "launch_config", "FP8_MAX", "supported_fp8_dtypes"]
 
 X_FP8 = 16  # elements per 16-byte vector for 1-byte elements
 
@@ -519,10 +519,16 @@ def _native_fp8_ok(device: torch.device, fp8_dtype: torch.dtype) -> bool:
     return (major, minor) >= (8, 9)
 
 
-def _block_t(T: int, D: int) -> int:
+def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
+    """Kernel configuration picked from shapes only (never from loc contents).
+
+    Small T (decode): 16-token windows, K and V in separate programs, for the
+    most parallelism. Large T: bigger windows, fewer programs.
+    """
+    D = max(DK, DV)
     if T <= 2048:
-        return 16
-    return 64 if D <= 128 else 32
+        return {"block_t": 16, "split_kv": True, "num_warps": 4}
+    return {"block_t": 64 if D <= 128 else 32, "split_kv": True, "num_warps": 4}
 
 
 def write_kv_fp8(
@@ -576,7 +582,10 @@ def write_kv_fp8(
         raise ValueError(f"_encoder: expected 'auto', 'native' or 'bits', got {_encoder!r}")
 
     T, H, DK, DV = plan.T, plan.H, plan.DK, plan.DV
-    block_t = _block_tokens or _block_t(T, max(DK, DV))
+    cfg = launch_config(T, H, DK, DV, plan.layout_5d)
+    block_t = _block_tokens or cfg["block_t"]
+    if block_t < X_FP8 or block_t & (block_t - 1):
+        raise ValueError(f"_block_tokens: expected a power of two >= {X_FP8}, got {block_t}")
     kc, vc = plan.kc_bytes, plan.vc_bytes
     if plan.layout_5d:
         kc_s = kc_h = vc_s = vc_h = 0
@@ -592,11 +601,9 @@ def write_kv_fp8(
         (T + block_t + X_FP8) * loc.stride(0),
     )
     large = biggest > _INT32_LIMIT
-    split = _split_kv if _split_kv is not None else True
+    split = _split_kv if _split_kv is not None else cfg["split_kv"]
     grid = (triton.cdiv(T, block_t), H, 2 if split else 1)
-    kwargs = {}
-    if _num_warps is not None:
-        kwargs["num_warps"] = _num_warps
+    kwargs = {"num_warps": _num_warps or cfg["num_warps"]}
     _write_kv_fp8_kernel[grid](
         k,
         v,
