@@ -301,6 +301,7 @@ def _decode_5d_kernel(
     COMPUTE: tl.constexpr,
     NUM_STAGES: tl.constexpr,
     LOAD3D: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -394,6 +395,8 @@ def _decode_5d_kernel(
             mid[:, None] + offs_d[None, :], o, mask=mask_h[:, None] & mask_d[None, :]
         )
         tl.store(MID_LSE + (b * (H_KV * G) + head) * NUM_SPLITS + split, lse, mask=mask_h)
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 @triton.jit
@@ -413,9 +416,12 @@ def _decode_reduce_kernel(
     D: tl.constexpr,
     BLOCK_DR: tl.constexpr,
     HAS_SINK: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     pid = tl.program_id(0)
     dblk = tl.program_id(1)
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
     b = (pid // H_Q).to(tl.int64)
     h = pid % H_Q
     offs_s = tl.arange(0, BLOCK_S)
@@ -725,24 +731,48 @@ def _pow2(n: int) -> int:
 
 
 def _decode_config(D: int, G: int, page: int, X: int, fp8: bool):
-    """(BLOCK_N, BLOCK_H, num_warps, num_stages, LOAD3D) for the decode kernel."""
+    """(BLOCK_N, BLOCK_H, num_warps, num_stages, LOAD3D) for the decode kernel.
+
+    From an H200 sweep (scripts/gpu/attention_sweep.py): small tiles with a deep
+    cp.async pipeline and several CTAs per SM stream best; fp8 at D=256 prefers
+    64-token tiles (half the bytes per tile).
+    """
     block_h = max(16, min(64, _pow2(G)))
-    block_n = 64 if page % 64 == 0 else (32 if page % 32 == 0 else 64)
-    if page % block_n and page % 16 == 0 and page < 64:
-        block_n = max(16, page)
     BD = _pow2(D)
-    num_warps = 8 if BD * block_n >= 256 * 64 else 4
-    num_stages = 2
+    if fp8 and BD >= 256:
+        block_n, num_stages = 64, 2
+    else:
+        block_n, num_stages = 32, 3
+    if page % block_n:
+        block_n = 16 if page % 16 == 0 and page < block_n else block_n
+    num_warps = 8 if block_h >= 64 and BD >= 256 else 4
     return block_n, block_h, num_warps, num_stages, True
 
 
 def default_num_splits(batch: int, num_kv_heads: int, head_tiles: int, max_tokens: int, device) -> int:
-    """Split count from shapes only: about two waves of programs, >= 128 tokens/split."""
+    """Split count from shapes only (no host sync).
+
+    Aim for about one CTA per SM when the batch alone cannot fill the GPU (a partial
+    second wave costs more than it buys), never fewer than 128 tokens per split
+    (``max_tokens`` is the block-table capacity), at most 256.
+    """
     work = max(1, batch * num_kv_heads * head_tiles)
-    target = 2 * _sm_count(device)
-    splits = -(-target // work)
-    splits = min(splits, max(1, -(-max_tokens // 128)), 256)
+    splits = _sm_count(device) // work
+    splits = min(splits, max(1, max_tokens // 128), 256)
     return max(1, splits)
+
+
+def _use_pdl(device: torch.device) -> bool:
+    import os
+
+    if device.type != "cuda" or _interpreting() or getattr(torch.version, "hip", None):
+        return False
+    if os.environ.get("SGLANG_KV5D_ATTN_PDL", "1") in ("0", "false", "no"):
+        return False
+    return _PDL_OK and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+_PDL_OK = True
 
 
 def decode_attention_5d(
@@ -827,6 +857,7 @@ def decode_attention_5d(
         mid_lse = torch.empty((B, H_q, num_splits), dtype=torch.float32, device=q.device)
         sm = (mid_o.stride(0), mid_o.stride(1), mid_o.stride(2))
 
+    pdl = (not direct) and _use_pdl(q.device)
     grid = (B * H_kv * head_tiles, num_splits)
     _decode_5d_kernel[grid](
         q,
@@ -881,10 +912,12 @@ def decode_attention_5d(
         COMPUTE=cdt,
         NUM_STAGES=num_stages,
         LOAD3D=bool(load3d),
+        USE_PDL=pdl,
         num_warps=num_warps,
     )
     if not direct:
         block_dr = min(BLOCK_D, 64)
+        extra = {"launch_pdl": True} if pdl else {}
         _decode_reduce_kernel[(B * H_q, triton.cdiv(D, block_dr))](
             mid_o,
             mid_lse,
@@ -901,7 +934,9 @@ def decode_attention_5d(
             D=D,
             BLOCK_DR=block_dr,
             HAS_SINK=has_sink,
+            USE_PDL=pdl,
             num_warps=4,
+            **extra,
         )
     return out
 

@@ -236,6 +236,7 @@ def test_default_splits_from_shapes_only():
     dev = torch.device("cpu")
     assert A.default_num_splits(1, 1, 1, 32768, dev) > 1
     assert A.default_num_splits(128, 8, 1, 32768, dev) == 1
+    assert A.default_num_splits(2, 1, 1, 256, dev) == 2  # >= 128 tokens per split
     assert A.default_num_splits(1, 1, 1, 64, dev) == 1
 
 
