@@ -37,8 +37,10 @@ def _clean(monkeypatch):
 @pytest.fixture
 def portable(monkeypatch):
     rec = hp.PortableRecorder()
-    monkeypatch.setattr(kernels, "decode_attention_5d", rec.decode_attention_5d, raising=False)
-    monkeypatch.setattr(kernels, "extend_attention_5d", rec.extend_attention_5d, raising=False)
+    # setitem on the module dict: setattr would first read the lazy attribute and
+    # import the Triton module (possibly without TRITON_INTERPRET)
+    monkeypatch.setitem(vars(kernels), "decode_attention_5d", rec.decode_attention_5d)
+    monkeypatch.setitem(vars(kernels), "extend_attention_5d", rec.extend_attention_5d)
     return rec
 
 
@@ -482,3 +484,46 @@ def test_quantize_per_tensor_saturates_and_scales():
     assert scale.dtype == torch.float32 and tuple(scale.shape) == (1,)
     assert torch.isfinite(q.float()).all()
     torch.testing.assert_close(q.float() * scale, x, rtol=0.07, atol=0.07)
+
+
+# ------------------------------------------- the real portable kernels (CPU)
+
+
+@pytest.fixture
+def real_kernels(monkeypatch):
+    """sglang_kv5d.kernels' Triton kernels; under the CPU interpreter without a GPU.
+
+    ``triton.jit`` reads TRITON_INTERPRET when the kernel module is imported, so
+    the module must be (or have been) imported with it set.
+    """
+    import importlib
+    import sys
+
+    name = "sglang_kv5d.kernels.attention_5d"
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("TRITON_INTERPRET", "1")  # also read at call time by the wrappers
+        mod = sys.modules.get(name)
+        if mod is not None and type(mod._decode_5d_kernel).__name__ != "InterpretedFunction":
+            pytest.skip("attention_5d was imported without TRITON_INTERPRET on a CPU-only host")
+    mod = importlib.import_module(name)
+    for n in ("decode_attention_5d", "extend_attention_5d"):
+        monkeypatch.setattr(kernels, n, getattr(mod, n), raising=False)
+    return mod
+
+
+@pytest.mark.parametrize("dtype,scales", [(BF16, (None, None)), (FP8, (0.5, 2.0))])
+def test_portable_path_with_real_kernels(monkeypatch, real_kernels, dtype, scales):
+    monkeypatch.setenv(attn.ENV_IMPL, "triton")
+    s = build(monkeypatch, dtype=dtype, hq=4, hkv=2, lens=(5, 20), k_scale=scales[0], v_scale=scales[1])
+    close(run_decode(s), s.reference())
+    e = build(monkeypatch, dtype=dtype, hq=4, hkv=2, lens=(9, 21), mode="extend", prefix=(4, 0),
+              k_scale=scales[0], v_scale=scales[1])
+    close(run_extend(e), e.reference())
+
+
+def test_portable_window_with_real_kernels(monkeypatch, real_kernels):
+    monkeypatch.setenv(attn.ENV_IMPL, "triton")
+    s = build(monkeypatch, kind="swa", window=6, hq=4, hkv=2, lens=(17, 4))
+    close(run_decode(s), s.reference())
+    e = build(monkeypatch, kind="swa", window=6, hq=4, hkv=2, lens=(17, 12), mode="extend", prefix=(9, 0))
+    close(run_extend(e), e.reference())
