@@ -9,7 +9,9 @@ and V in one launch, inputs untouched) and everything else to the original:
     eligible = input dtype != pool dtype, pool dtype is fp8, physical layout is
                NHD (3-D buffers) or SHUFFLE 5D (5-D buffers) and not HND /
                page-major / FP4 / quantized-recipe, no dcp_kv_mask, scalar scales,
-               heads and dims contiguous, and a device Triton can run on.
+               and a device Triton can run on. The pool-level part is computed
+               once per pool; write_kv_fp8 validates shapes and strides before
+               writing anything, and an input it refuses goes to the original.
 
 SWA and hybrid pools reach it through their inner MHA pools. Both call forms
 (``loc`` on 0.5.13.post1, ``loc_info``/KVWriteLoc later) are handled.
@@ -18,9 +20,12 @@ SWA and hybrid pools reach it through their inner MHA pools. Both call forms
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 
 from . import Binding, Patch
+
+logger = logging.getLogger("sglang_kv5d")
 
 
 def _fp8_dtypes():
@@ -29,10 +34,38 @@ def _fp8_dtypes():
     return tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e4m3fnuz") if hasattr(torch, n))
 
 
+_PLAN = "_kv5d_fp8_write_plan"  # per-pool cache of the static eligibility
+
+
+def pool_plan(pool, fp8_dtypes) -> bool:
+    """Static eligibility of one pool (computed once, cached on the pool).
+
+    fp8 dtype; not an FP4 / quantized-recipe pool; not HND; labelled NHD or
+    vectorized_5d (page-major / unified-memory pools are not); physical
+    buffers 3-D (NHD) or 5-D (SHUFFLE); a device Triton can run on.
+    """
+    plan = pool.__dict__.get(_PLAN)
+    if plan is None:
+        k0 = pool.k_buffer[0] if getattr(pool, "k_buffer", None) else None
+        device = str(getattr(pool, "device", "cpu"))
+        plan = bool(
+            pool.dtype in fp8_dtypes
+            and not getattr(pool, "is_quantized_kv_cache", False)
+            and not getattr(pool, "use_hnd", False)
+            and getattr(pool, "kv_cache_layout", "nhd") in ("nhd", "vectorized_5d")
+            and k0 is not None
+            and k0.dim() in (3, 5)
+            and k0.dim() == pool.v_buffer[0].dim()
+            and (not device.startswith("cpu") or os.environ.get("TRITON_INTERPRET") == "1")
+        )
+        pool.__dict__[_PLAN] = plan
+    return plan
+
+
 def _make(original):
     import torch
 
-    from ..kernels import write_kv_fp8
+    from ..kernels import fp8_write
 
     names = list(inspect.signature(original).parameters)[1:]  # drop self
     index = {n: i for i, n in enumerate(names)}
@@ -40,64 +73,63 @@ def _make(original):
     unwrap = original.__globals__.get("unwrap_write_loc") if loc_name == "loc_info" else None
     fp8 = _fp8_dtypes()
     float_inputs = (torch.bfloat16, torch.float16, torch.float32)
+    tensor = torch.Tensor
+    fallbacks_seen = set()
 
-    def arg(name, args, kwargs, default=None):
+    def arg(name, args, kwargs):
         i = index.get(name)
         if i is not None and i < len(args):
             return args[i]
-        return kwargs.get(name, default)
+        return kwargs.get(name)
 
-    def scalar_scale(scale, device):
+    def scalar(scale):
+        """A scale the kernel takes as is (None means 1, as upstream), else None."""
         if scale is None:
             return 1.0
-        if isinstance(scale, (float, int)):
-            return float(scale)
-        if isinstance(scale, torch.Tensor) and scale.numel() == 1 and scale.dtype == torch.float32 and scale.device == device:
+        if type(scale) is float or type(scale) is int:
+            return scale
+        if isinstance(scale, tensor) and scale.numel() == 1:
             return scale if scale.dim() == 1 else scale.reshape(1)
         return None
 
     def set_kv_buffer(wrapped, pool, args, kwargs):
-        cache_k = arg("cache_k", args, kwargs)
-        cache_v = arg("cache_v", args, kwargs)
+        if len(args) >= 4:
+            layer, loc_info, cache_k, cache_v = args[0], args[1], args[2], args[3]
+        else:
+            layer, loc_info = arg("layer", args, kwargs), arg(loc_name, args, kwargs)
+            cache_k, cache_v = arg("cache_k", args, kwargs), arg("cache_v", args, kwargs)
         dtype = pool.dtype
-        if (
-            dtype not in fp8
-            or cache_k.dtype == dtype
-            or cache_k.dtype not in float_inputs
-            or cache_v.dtype != cache_k.dtype
-            or arg("dcp_kv_mask", args, kwargs) is not None
-            or getattr(pool, "is_quantized_kv_cache", False)
-            or getattr(pool, "use_hnd", False)
-            or getattr(pool, "kv_cache_layout", "nhd") not in ("nhd", "vectorized_5d")
-        ):
+        kd = cache_k.dtype
+        if kd == dtype or kd not in float_inputs or cache_v.dtype != kd or not pool_plan(pool, fp8):
             return wrapped(*args, **kwargs)
-        device = cache_k.device
-        if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        if kwargs and kwargs.get("dcp_kv_mask") is not None:
             return wrapped(*args, **kwargs)
-        k_scale = scalar_scale(arg("k_scale", args, kwargs), device)
-        v_scale = scalar_scale(arg("v_scale", args, kwargs), device)
+        k_scale = scalar(args[4] if len(args) > 4 else kwargs.get("k_scale"))
+        v_scale = scalar(args[5] if len(args) > 5 else kwargs.get("v_scale"))
         if k_scale is None or v_scale is None:
             return wrapped(*args, **kwargs)
-        layer = arg("layer", args, kwargs)
-        override = arg("layer_id_override", args, kwargs)
-        layer_id = override if override is not None else layer.layer_id
-        idx = layer_id - pool.start_layer
-        k_buf = pool.k_buffer[idx]
-        v_buf = pool.v_buffer[idx]
-        if k_buf.dim() not in (3, 5) or k_buf.dim() != v_buf.dim():
-            return wrapped(*args, **kwargs)
-        if cache_k.dim() == 2:
-            cache_k = cache_k.view(cache_k.shape[0], pool.head_num, -1)
-        if cache_v.dim() == 2:
-            cache_v = cache_v.view(cache_v.shape[0], pool.head_num, -1)
-        if cache_k.stride(-1) != 1 or cache_v.stride(-1) != 1:
-            return wrapped(*args, **kwargs)
-        loc_info = arg(loc_name, args, kwargs)
+        override = kwargs.get("layer_id_override") if len(args) <= 6 else args[6]
+        idx = (override if override is not None else layer.layer_id) - pool.start_layer
         loc = unwrap(loc_info)[0] if unwrap is not None else loc_info
         check = getattr(pool, "_check_physical_write_loc", None)
         if check is not None:
             check(loc_info, "set_kv_buffer (MHA)")
-        write_kv_fp8(cache_k, cache_v, k_buf, v_buf, loc, k_scale, v_scale, fp8_dtype=dtype)
+        if cache_k.dim() == 2:
+            cache_k = cache_k.view(cache_k.shape[0], pool.head_num, -1)
+            cache_v = cache_v.view(cache_v.shape[0], pool.head_num, -1)
+        try:
+            fp8_write.write_kv_fp8(cache_k, cache_v, pool.k_buffer[idx], pool.v_buffer[idx], loc, k_scale, v_scale,
+                                   fp8_dtype=dtype)
+        except (TypeError, ValueError) as exc:
+            # write_kv_fp8 validates before writing anything: hand the call to
+            # upstream, and say so once per kind of input.
+            reason = f"{type(exc).__name__}: {exc}"
+            key = (type(exc).__name__, str(exc).split(":", 1)[0])  # exception type + argument name
+            if key not in fallbacks_seen:
+                fallbacks_seen.add(key)
+                logger.warning("sglang-kv5d fp8-kv-write: input not taken by the fused kernel (%s); "
+                               "using SGLang's own write for such calls", reason)
+            return wrapped(*args, **kwargs)
         return None
 
     return set_kv_buffer
