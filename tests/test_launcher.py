@@ -412,7 +412,8 @@ def build(extra, env):
 out = {}
 five_d = {"SGLANG_USE_AITER": "1", "SGLANG_AITER_KV_CACHE_LAYOUT": "vectorized_5d"}
 
-sa = build(["--enable-unified-memory", "--attention-backend", "triton"], five_d)
+sa = build(["--enable-unified-memory", "--attention-backend", "triton",
+           "--cuda-graph-backend-prefill", "disabled"], five_d)  # 0.5.16 insists on it
 SPYING = True
 try:
     sa.check_server_args()
