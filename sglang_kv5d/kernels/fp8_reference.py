@@ -67,8 +67,9 @@ def _round_to_grid_f64(m: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
     """Round non-negative float64 magnitudes (<= max) to the FP8 grid, ties to even."""
     bias = _BIAS[fp8_dtype]
     _, e = torch.frexp(m)  # m = mant * 2**e, mant in [0.5, 1)
-    exp = torch.clamp(e.to(torch.float64) - 1.0, min=float(1 - bias))
-    quantum = torch.pow(2.0, exp - _MANTISSA_BITS)
+    exp = torch.clamp(e.to(torch.int64) - 1, min=1 - bias)
+    # 2**(exp - 3) built from its bits: exact on every device (pow() need not be)
+    quantum = ((exp - _MANTISSA_BITS + 1023) << 52).view(torch.float64)
     return torch.round(m / quantum) * quantum  # exact scaling; round() is half-to-even
 
 

@@ -8,7 +8,7 @@ the caller's tensors mutated, NaN instead of saturation on ``e4m3fnuz``).
 
 Semantics, per element of K (V alike with ``v_scale``)::
 
-    q = x.float() / k_scale            (fp32, IEEE round-to-nearest division)
+    q = x.float() / k_scale            (fp32, rounded to nearest as IEEE division)
     q = clamp(q, -FMAX, +FMAX)         (FMAX = 448 e4m3fn, 240 e4m3fnuz; +/-inf too)
     cache[...] = fp8(q)                (round-to-nearest-even, once)
 
@@ -23,18 +23,26 @@ Cache layouts (read from ranks and shapes; X = 16 for fp8):
 with ``K5d[b, h, d//X, t, d%X] = K[b*page+t, h, d]`` and
 ``V5d[b, h, t//X, d, t%X] = V[b*page+t, h, d]``.
 
-How the kernel is organised. The grid is (token windows, heads, {K, V}). Every
-program reads ``loc`` for its window. K rows (and NHD V rows) are written per
-token: one token's head row is contiguous (NHD) or made of 16-byte vectors (5D
-K). A 5D V row is not: one token owns one byte of every 16-byte vector, so
-writing tokens one by one scatters single bytes. Prefill writes, though, come in
-runs of consecutive slots, so the V program checks *in the kernel* (no host
+How the kernel is organised. The grid is (token windows, head blocks, {K, V}).
+Every program reads ``loc`` for its window. K rows (and NHD V rows) are written
+per token: one token's head row is contiguous (NHD) or made of 16-byte vectors
+(5D K). A 5D V row is not: one token owns one byte of every 16-byte vector, so
+writing tokens one by one scatters single bytes. Prefill writes, though, come
+in runs of consecutive slots, so the V program checks *in the kernel* (no host
 sync, CUDA-graph safe) which tokens belong to a complete aligned group (X
 consecutive tokens whose slots are consecutive and start at a multiple of X).
 The program that owns the first token of such a group writes the whole group as
-whole 16-byte vectors (a (D_v, X) tile, contiguous in the cache); tokens outside
-complete groups (decode, run edges) are written byte by byte. At most one group
-starts in any X consecutive tokens, so a window of G*X tokens has at most G.
+whole 16-byte vectors (a (D_v, X) tile per head, contiguous in the cache);
+tokens outside complete groups (decode, run edges) are written byte by byte.
+At most one group starts in any X consecutive tokens, so a window of G*X
+tokens has at most G. The launch configuration (window, heads per program,
+warps) is picked on the host from shapes only.
+
+Division. On the GPU the quotient is computed as ``x * RN(1/s)`` followed by
+two FMA residual corrections, which is the correctly rounded ``x / s``
+(Markstein) for scales within about 2**-90 .. 2**90, and has no slow path (the
+division instruction sequence has one, taken for zero numerators). Under the
+CPU interpreter plain IEEE division is used.
 
 FP8 encoding. On NVIDIA (sm_89+) with e4m3fn the hardware conversion
 (round-to-nearest-even, saturating) is used. Elsewhere (``e4m3fnuz`` on NVIDIA,
@@ -121,56 +129,24 @@ def _encode_fp8(q, FNUZ: tl.constexpr, NATIVE: tl.constexpr):
 
 
 @triton.jit
-def _quantize(x, scale, FNUZ: tl.constexpr, NATIVE: tl.constexpr):
-    q = tl.math.div_rn(x.to(tl.float32), scale)
-    return _encode_fp8(q, FNUZ, NATIVE)
-
-
-@triton.jit
-def _write_rows(
-    src_ptr,
-    stride_src,
-    dst_ptr,
-    rows,  # [BT] token indices
-    base,  # [BT] destination offset of element d=0 for each token
-    mask,  # [BT] which tokens to write
-    scale,
-    h,
-    D: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    INTRA: tl.constexpr,  # 0: d (contiguous), 1: (d//X)*PAGE*X + d%X (5D K), 2: d*X (5D V)
-    PAGE: tl.constexpr,
-    X: tl.constexpr,
-    FNUZ: tl.constexpr,
-    NATIVE: tl.constexpr,
-):
-    if INTRA == 1:
-        # 5D K: a token's row is D/X vectors of X bytes, PAGE*X bytes apart.
-        # A 3-D tile makes the 16-byte contiguity explicit to the compiler.
-        c = tl.arange(0, BLOCK_D // X)
-        e = tl.arange(0, X)
-        if BLOCK_D == D:
-            m3 = mask[:, None, None]
-        else:
-            m3 = mask[:, None, None] & (c[None, :, None] * X < D)
-        x = tl.load(src_ptr + (rows * stride_src + h * D)[:, None, None]
-                    + (c * X)[None, :, None] + e[None, None, :], mask=m3, other=0.0)
-        code = _quantize(x, scale, FNUZ, NATIVE)
-        tl.store(dst_ptr + base[:, None, None] + (c * (PAGE * X))[None, :, None]
-                 + e[None, None, :], code, mask=m3)
+def _quantize(x, scale, rcp, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr, NATIVE: tl.constexpr):
+    """fp8 bytes of x / scale, the quotient rounded once to fp32 as IEEE division does."""
+    xf = x.to(tl.float32)
+    if FMA_DIV:
+        # Correctly rounded division without the slow path of div.rn: with
+        # rcp = RN(1/scale), two residual corrections give RN(x/scale) exactly
+        # (Markstein) whenever the residuals do not underflow, i.e. for scales
+        # in about [2**-90, 2**90]. Quotients past 1e30 skip the correction
+        # (the residual would overflow); they saturate anyway.
+        q0 = xf * rcp
+        e = tl.fma(-q0, scale, xf)
+        q1 = tl.fma(e, rcp, q0)
+        e = tl.fma(-q1, scale, xf)
+        q2 = tl.fma(e, rcp, q1)
+        q = tl.where(tl.abs(q0) < 1e30, q2, q0)
     else:
-        d = tl.arange(0, BLOCK_D)
-        if BLOCK_D == D:
-            m = mask[:, None]
-        else:
-            m = mask[:, None] & (d[None, :] < D)
-        x = tl.load(src_ptr + (rows * stride_src + h * D)[:, None] + d[None, :], mask=m, other=0.0)
-        code = _quantize(x, scale, FNUZ, NATIVE)
-        if INTRA == 0:
-            intra = d
-        else:
-            intra = d * X
-        tl.store(dst_ptr + base[:, None] + intra[None, :], code, mask=m)
+        q = xf / scale  # the interpreter divides with IEEE rounding
+    return _encode_fp8(q, FNUZ, NATIVE)
 
 
 @triton.jit
@@ -187,40 +163,88 @@ def _load_slots(loc_ptr, rows, T, stride_loc, n_slots, LARGE: tl.constexpr):
 
 
 @triton.jit
-def _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h, T, stride_kt, stride_loc, n_slots,
-            kc_stride_s, kc_stride_h,
-            H: tl.constexpr, DK: tl.constexpr, BLOCK_DK: tl.constexpr, PAGE: tl.constexpr,
-            X: tl.constexpr, LAYOUT_5D: tl.constexpr, K_SCALE_PTR: tl.constexpr,
-            FNUZ: tl.constexpr, NATIVE: tl.constexpr, LARGE: tl.constexpr):
-    s, ok = _load_slots(loc_ptr, rows, T, stride_loc, n_slots, LARGE)
-    if K_SCALE_PTR:
-        ks = tl.load(k_scale)
+def _scale_and_rcp(scale, SCALE_PTR: tl.constexpr):
+    if SCALE_PTR:
+        sc = tl.load(scale)
     else:
-        ks = k_scale
-    if LAYOUT_5D:
-        blk = s // PAGE
-        base = blk * (H * DK * PAGE) + h * (DK * PAGE) + (s - blk * PAGE) * X
-        _write_rows(k_ptr, stride_kt, kc_ptr, rows, base, ok, ks, h,
-                    DK, BLOCK_DK, 1, PAGE, X, FNUZ, NATIVE)
-    else:
-        base = s * kc_stride_s + h * kc_stride_h
-        _write_rows(k_ptr, stride_kt, kc_ptr, rows, base, ok, ks, h,
-                    DK, BLOCK_DK, 0, PAGE, X, FNUZ, NATIVE)
+        sc = scale
+    return sc, tl.math.div_rn(1.0, sc)
 
 
 @triton.jit
-def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h, T, stride_vt, stride_loc, n_slots,
-            vc_stride_s, vc_stride_h,
-            H: tl.constexpr, DV: tl.constexpr, BLOCK_DV: tl.constexpr, PAGE: tl.constexpr,
-            X: tl.constexpr, LAYOUT_5D: tl.constexpr, BLOCK_T: tl.constexpr,
-            V_SCALE_PTR: tl.constexpr, FNUZ: tl.constexpr, NATIVE: tl.constexpr,
-            LARGE: tl.constexpr):
+def _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h0, T, stride_kt, stride_loc, n_slots,
+            kc_stride_s, kc_stride_h,
+            H: tl.constexpr, HB: tl.constexpr, DK: tl.constexpr, BLOCK_DK: tl.constexpr,
+            PAGE: tl.constexpr, X: tl.constexpr, LAYOUT_5D: tl.constexpr,
+            K_SCALE_PTR: tl.constexpr, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr,
+            NATIVE: tl.constexpr, LARGE: tl.constexpr):
+    """K rows of HB heads for a window of tokens: contiguous (NHD) or 16-byte vectors (5D)."""
     s, ok = _load_slots(loc_ptr, rows, T, stride_loc, n_slots, LARGE)
-    if V_SCALE_PTR:
-        vs = tl.load(v_scale)
-    else:
-        vs = v_scale
+    ks, krcp = _scale_and_rcp(k_scale, K_SCALE_PTR)
+    hh = tl.arange(0, HB)
     if LAYOUT_5D:
+        # tile (token, head, d // X, d % X): the last axis is one 16-byte vector
+        c = tl.arange(0, BLOCK_DK // X)
+        e = tl.arange(0, X)
+        m = ok[:, None, None, None]
+        if BLOCK_DK != DK:
+            m = m & (c * X < DK)[None, None, :, None]
+        src = (k_ptr + (rows * stride_kt)[:, None, None, None]
+               + ((h0 + hh) * DK)[None, :, None, None]
+               + (c * X)[None, None, :, None] + e[None, None, None, :])
+        x = tl.load(src, mask=m, other=1.0)
+        code = _quantize(x, ks, krcp, FMA_DIV, FNUZ, NATIVE)
+        blk = s // PAGE
+        base = blk * (H * DK * PAGE) + (s - blk * PAGE) * X
+        dst = (kc_ptr + base[:, None, None, None] + ((h0 + hh) * (DK * PAGE))[None, :, None, None]
+               + (c * (PAGE * X))[None, None, :, None] + e[None, None, None, :])
+        tl.store(dst, code, mask=m)
+    else:
+        d = tl.arange(0, BLOCK_DK)
+        m = ok[:, None, None]
+        if BLOCK_DK != DK:
+            m = m & (d < DK)[None, None, :]
+        src = (k_ptr + (rows * stride_kt)[:, None, None] + ((h0 + hh) * DK)[None, :, None]
+               + d[None, None, :])
+        x = tl.load(src, mask=m, other=1.0)
+        code = _quantize(x, ks, krcp, FMA_DIV, FNUZ, NATIVE)
+        dst = (kc_ptr + (s * kc_stride_s)[:, None, None] + ((h0 + hh) * kc_stride_h)[None, :, None]
+               + d[None, None, :])
+        tl.store(dst, code, mask=m)
+
+
+@triton.jit
+def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, T, stride_vt, stride_loc, n_slots,
+            vc_stride_s, vc_stride_h,
+            H: tl.constexpr, HB: tl.constexpr, DV: tl.constexpr, BLOCK_DV: tl.constexpr,
+            PAGE: tl.constexpr, X: tl.constexpr, LAYOUT_5D: tl.constexpr, BLOCK_T: tl.constexpr,
+            V_SCALE_PTR: tl.constexpr, EAGER_V: tl.constexpr, FMA_DIV: tl.constexpr,
+            FNUZ: tl.constexpr, NATIVE: tl.constexpr, LARGE: tl.constexpr):
+    """V rows of HB heads for a window of tokens (5D: whole vectors where groups are complete)."""
+    s, ok = _load_slots(loc_ptr, rows, T, stride_loc, n_slots, LARGE)
+    vs, vrcp = _scale_and_rcp(v_scale, V_SCALE_PTR)
+    hh = tl.arange(0, HB)
+    d = tl.arange(0, BLOCK_DV)
+    dmask = (d < DV)[None, None, :]
+    src_rows = (v_ptr + (rows * stride_vt)[:, None, None] + ((h0 + hh) * DV)[None, :, None]
+                + d[None, None, :])
+    if not LAYOUT_5D:
+        m = ok[:, None, None]
+        if BLOCK_DV != DV:
+            m = m & dmask
+        x = tl.load(src_rows, mask=m, other=1.0)
+        code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
+        dst = (vc_ptr + (s * vc_stride_s)[:, None, None] + ((h0 + hh) * vc_stride_h)[None, :, None]
+               + d[None, None, :])
+        tl.store(dst, code, mask=m)
+    else:
+        if EAGER_V:
+            # Decode sizes: fetch the window's rows now, in parallel with the
+            # group check below, instead of after it.
+            m = ok[:, None, None]
+            if BLOCK_DV != DV:
+                m = m & dmask
+            x_rows = tl.load(src_rows, mask=m, other=1.0)
         # Which tokens sit in a complete aligned group of X consecutive slots?
         # Token i with slot s and r = s % X belongs to the group that starts at
         # token g = i - r; it is complete when loc[g + j] == s - r + j for all j.
@@ -233,18 +257,26 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h, T, stride_vt, stride_loc, 
         same = (sg == (s - r)[:, None] + j[None, :]).to(tl.int32)
         covered = g_ok & (tl.min(same, axis=1) == 1)
 
-        # Tokens outside complete groups: one byte per (token, d).
+        # Tokens outside complete groups: one byte per (token, head, d).
         scattered = ok & (covered == 0)
         if tl.sum(scattered.to(tl.int32), axis=0) > 0:
+            m = scattered[:, None, None]
+            if BLOCK_DV != DV:
+                m = m & dmask
+            if EAGER_V:
+                x = x_rows
+            else:
+                x = tl.load(src_rows, mask=m, other=1.0)
+            code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
             blk = s // PAGE
             in_page = s - blk * PAGE
-            vbase = (blk * (H * DV * PAGE) + h * (DV * PAGE) + (in_page // X) * (DV * X)
-                     + (in_page % X))
-            _write_rows(v_ptr, stride_vt, vc_ptr, rows, vbase, scattered,
-                        vs, h, DV, BLOCK_DV, 2, PAGE, X, FNUZ, NATIVE)
+            vbase = blk * (H * DV * PAGE) + (in_page // X) * (DV * X) + (in_page % X)
+            dst = (vc_ptr + vbase[:, None, None] + ((h0 + hh) * (DV * PAGE))[None, :, None]
+                   + (d * X)[None, None, :])
+            tl.store(dst, code, mask=m)
 
         # Complete groups that start in this window (at most one per X tokens):
-        # load the (X tokens, D) tile, store it as D vectors of X bytes.
+        # load the (X tokens, HB, D) tile, store it as HB*D vectors of X bytes.
         leader = covered & (r == 0)
         G: tl.constexpr = BLOCK_T // X
         if tl.sum(leader.to(tl.int32), axis=0) > 0:
@@ -258,24 +290,18 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h, T, stride_vt, stride_loc, 
             # emits 16-byte stores (it cannot see through a reduced base).
             lslot = tl.sum(tl.where(lead2, slot2, 0), axis=1)
             lblk = lslot // PAGE
-            lbase = (lblk * (H * DV * PAGE) + h * (DV * PAGE)
-                     + ((lslot - lblk * PAGE) // X) * (DV * X))
-            d = tl.arange(0, BLOCK_DV)
-            if BLOCK_DV == DV:
-                m3 = has[:, None, None]
-            else:
-                m3 = has[:, None, None] & (d[None, :, None] < DV)
-            src = (v_ptr + h * DV
-                   + (lrow[:, None, None] + j[None, None, :]) * stride_vt
-                   + d[None, :, None])
-            x = tl.load(src, mask=m3, other=0.0)
-            code = _quantize(x, vs, FNUZ, NATIVE)
-            dst = vc_ptr + lbase[:, None, None] + d[None, :, None] * X + j[None, None, :]
-            tl.store(dst, code, mask=m3)
-    else:
-        base = s * vc_stride_s + h * vc_stride_h
-        _write_rows(v_ptr, stride_vt, vc_ptr, rows, base, ok, vs, h,
-                    DV, BLOCK_DV, 0, PAGE, X, FNUZ, NATIVE)
+            lbase = lblk * (H * DV * PAGE) + ((lslot - lblk * PAGE) // X) * (DV * X)
+            # tile (group, head, d, token-in-group)
+            m4 = has[:, None, None, None]
+            if BLOCK_DV != DV:
+                m4 = m4 & (d < DV)[None, None, :, None]
+            src = (v_ptr + ((lrow[:, None] + j[None, :]) * stride_vt)[:, None, None, :]
+                   + ((h0 + hh) * DV)[None, :, None, None] + d[None, None, :, None])
+            x = tl.load(src, mask=m4, other=1.0)
+            code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
+            dst = (vc_ptr + lbase[:, None, None, None] + ((h0 + hh) * (DV * PAGE))[None, :, None, None]
+                   + (d * X)[None, None, :, None] + j[None, None, None, :])
+            tl.store(dst, code, mask=m4)
 
 
 @triton.jit
@@ -297,6 +323,7 @@ def _write_kv_fp8_kernel(
     vc_stride_s,
     vc_stride_h,
     H: tl.constexpr,
+    HB: tl.constexpr,
     DK: tl.constexpr,
     DV: tl.constexpr,
     BLOCK_DK: tl.constexpr,
@@ -306,15 +333,17 @@ def _write_kv_fp8_kernel(
     LAYOUT_5D: tl.constexpr,
     BLOCK_T: tl.constexpr,
     SPLIT_KV: tl.constexpr,
+    EAGER_V: tl.constexpr,
     K_SCALE_PTR: tl.constexpr,
     V_SCALE_PTR: tl.constexpr,
+    FMA_DIV: tl.constexpr,
     FNUZ: tl.constexpr,
     NATIVE: tl.constexpr,
     LARGE: tl.constexpr,
 ):
-    # grid: (token windows, heads[, 2 when SPLIT_KV: 0 = K, 1 = V])
+    # grid: (token windows, H // HB head blocks[, 2 when SPLIT_KV: 0 = K, 1 = V])
     pid_t = tl.program_id(0)
-    h = tl.program_id(1)
+    h0 = tl.program_id(1) * HB
     if LARGE:
         i0 = pid_t.to(tl.int64) * BLOCK_T
     else:
@@ -322,20 +351,20 @@ def _write_kv_fp8_kernel(
     rows = i0 + tl.arange(0, BLOCK_T)
     if SPLIT_KV:
         if tl.program_id(2) == 0:
-            _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h, T, stride_kt, stride_loc,
-                    n_slots, kc_stride_s, kc_stride_h, H, DK, BLOCK_DK, PAGE, X, LAYOUT_5D,
-                    K_SCALE_PTR, FNUZ, NATIVE, LARGE)
+            _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h0, T, stride_kt, stride_loc,
+                    n_slots, kc_stride_s, kc_stride_h, H, HB, DK, BLOCK_DK, PAGE, X, LAYOUT_5D,
+                    K_SCALE_PTR, FMA_DIV, FNUZ, NATIVE, LARGE)
         else:
-            _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h, T, stride_vt, stride_loc,
-                    n_slots, vc_stride_s, vc_stride_h, H, DV, BLOCK_DV, PAGE, X, LAYOUT_5D,
-                    BLOCK_T, V_SCALE_PTR, FNUZ, NATIVE, LARGE)
+            _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, T, stride_vt, stride_loc,
+                    n_slots, vc_stride_s, vc_stride_h, H, HB, DV, BLOCK_DV, PAGE, X, LAYOUT_5D,
+                    BLOCK_T, V_SCALE_PTR, EAGER_V, FMA_DIV, FNUZ, NATIVE, LARGE)
     else:
-        _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h, T, stride_kt, stride_loc,
-                n_slots, kc_stride_s, kc_stride_h, H, DK, BLOCK_DK, PAGE, X, LAYOUT_5D,
-                K_SCALE_PTR, FNUZ, NATIVE, LARGE)
-        _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h, T, stride_vt, stride_loc,
-                n_slots, vc_stride_s, vc_stride_h, H, DV, BLOCK_DV, PAGE, X, LAYOUT_5D,
-                BLOCK_T, V_SCALE_PTR, FNUZ, NATIVE, LARGE)
+        _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h0, T, stride_kt, stride_loc,
+                n_slots, kc_stride_s, kc_stride_h, H, HB, DK, BLOCK_DK, PAGE, X, LAYOUT_5D,
+                K_SCALE_PTR, FMA_DIV, FNUZ, NATIVE, LARGE)
+        _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, T, stride_vt, stride_loc,
+                n_slots, vc_stride_s, vc_stride_h, H, HB, DV, BLOCK_DV, PAGE, X, LAYOUT_5D,
+                BLOCK_T, V_SCALE_PTR, EAGER_V, FMA_DIV, FNUZ, NATIVE, LARGE)
 
 
 # --------------------------------------------------------------------------- #
@@ -522,13 +551,21 @@ def _native_fp8_ok(device: torch.device, fp8_dtype: torch.dtype) -> bool:
 def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
     """Kernel configuration picked from shapes only (never from loc contents).
 
-    Small T (decode): 16-token windows, K and V in separate programs, for the
-    most parallelism. Large T: bigger windows, fewer programs.
+    Chosen from an H200 sweep (docs/benchmarks-fp8-write.md): 16-token windows
+    for 5D (32 for NHD at large T), K and V in separate programs, several heads
+    per program when rows are short (fewer programs, the slot checks shared),
+    and for decode sizes the V rows fetched before the group check.
     """
     D = max(DK, DV)
+    # heads per program: up to 256 elements of each token per program
+    hb = 1
+    while hb < H and H % (hb * 2) == 0 and (hb * 2) * D <= 256:
+        hb *= 2
     if T <= 2048:
-        return {"block_t": 16, "split_kv": True, "num_warps": 4}
-    return {"block_t": 64 if D <= 128 else 32, "split_kv": True, "num_warps": 4}
+        return {"block_t": 16, "heads_per_program": hb, "split_kv": True, "num_warps": 4,
+                "eager_v": True}
+    return {"block_t": 16 if layout_5d else 32, "heads_per_program": hb, "split_kv": True,
+            "num_warps": 4, "eager_v": False}
 
 
 def write_kv_fp8(
@@ -545,6 +582,8 @@ def write_kv_fp8(
     _block_tokens: Optional[int] = None,
     _num_warps: Optional[int] = None,
     _split_kv: Optional[bool] = None,
+    _heads_per_program: Optional[int] = None,
+    _eager_v: Optional[bool] = None,
 ) -> None:
     """Quantize ``k`` / ``v`` to FP8 and write them into one layer's caches, in one launch.
 
@@ -602,7 +641,11 @@ def write_kv_fp8(
     )
     large = biggest > _INT32_LIMIT
     split = _split_kv if _split_kv is not None else cfg["split_kv"]
-    grid = (triton.cdiv(T, block_t), H, 2 if split else 1)
+    hb = _heads_per_program or cfg["heads_per_program"]
+    if hb < 1 or H % hb or hb & (hb - 1):
+        raise ValueError(f"_heads_per_program: expected a power of two dividing H={H}, got {hb}")
+    eager_v = cfg["eager_v"] if _eager_v is None else _eager_v
+    grid = (triton.cdiv(T, block_t), H // hb, 2 if split else 1)
     kwargs = {"num_warps": _num_warps or cfg["num_warps"]}
     _write_kv_fp8_kernel[grid](
         k,
@@ -622,6 +665,7 @@ def write_kv_fp8(
         vc_s,
         vc_h,
         H=H,
+        HB=hb,
         DK=DK,
         DV=DV,
         BLOCK_DK=triton.next_power_of_2(DK),
@@ -631,8 +675,10 @@ def write_kv_fp8(
         LAYOUT_5D=plan.layout_5d,
         BLOCK_T=block_t,
         SPLIT_KV=split,
+        EAGER_V=eager_v,
         K_SCALE_PTR=ks_ptr,
         V_SCALE_PTR=vs_ptr,
+        FMA_DIV=not _interpreting(),
         FNUZ=plan.fp8_dtype == torch.float8_e4m3fnuz,
         NATIVE=native,
         LARGE=large,

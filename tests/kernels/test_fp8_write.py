@@ -187,18 +187,21 @@ def test_write_matches_references(case):
                      pass_dtype=None if typed else fp8_dtype)
 
 
-@pytest.mark.parametrize("block_tokens,split", [(16, True), (32, False), (64, True)])
+@pytest.mark.parametrize("block_tokens,split,hb,eager", [(16, True, 1, True), (32, False, 2, False),
+                                                         (64, True, 2, True), (16, True, 2, False)])
 @pytest.mark.parametrize("kind", ["runs", "tricky", "mixed"])
-def test_v_groups_and_scatter_agree_for_any_window(block_tokens, split, kind):
-    """The in-kernel group detection, for windows of 1, 2 and 4 groups, K/V split or not."""
-    g = _gen(block_tokens * 7 + len(kind))
-    H, D, page, n_blocks, T = 1, 16, 32, 10, 100
+def test_v_groups_and_scatter_agree_for_any_window(block_tokens, split, hb, eager, kind):
+    """The in-kernel group detection, for windows of 1, 2 and 4 groups, K/V split or not,
+    one or two heads per program, V rows fetched before or after the check."""
+    g = _gen(block_tokens * 7 + len(kind) + hb)
+    H, D, page, n_blocks, T = 2, 16, 32, 10, 100
     k = ref.make_input(T, H, D, torch.bfloat16, gen=g, token_pad=16)
     v = ref.make_input(T, H, D, torch.bfloat16, gen=g, token_pad=16)
     kc, vc = ref.make_caches("5d", n_blocks, page, H, D, D, gen=g)
     loc = ref.loc_pattern(kind, T, n_blocks * page, page, gen=g)
     _write_and_check(k, v, kc, vc, loc, 0.5, 0.75, FN, "5d", pass_dtype=FN,
-                     _block_tokens=block_tokens, _split_kv=split)
+                     _block_tokens=block_tokens, _split_kv=split, _heads_per_program=hb,
+                     _eager_v=eager)
 
 
 @pytest.mark.parametrize("offset", [0, 3, 15, 16, 17])
