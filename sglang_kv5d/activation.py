@@ -115,6 +115,17 @@ class _Pending(Exception):
     pass
 
 
+def _initializing(module: types.ModuleType) -> bool:
+    spec = getattr(module, "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
+
+
+# Modules a post-import hook reported as fully executed. importlib keeps
+# ``__spec__._initializing`` set until after the hooks run, so the flag alone
+# cannot tell a finished module from one still executing.
+_completed_modules: set = set()
+
+
 def resolve_loaded(surface: Surface, modules: Optional[Dict[str, types.ModuleType]] = None) -> Resolved:
     """Resolve a surface from already-imported modules.
 
@@ -128,7 +139,9 @@ def resolve_loaded(surface: Surface, modules: Optional[Dict[str, types.ModuleTyp
     for target in surface.targets:
         modname, path = split_target(target)
         module = mods.get(modname)
-        if module is None:
+        if module is None or (_initializing(module) and modname not in _completed_modules):
+            # Not imported yet, or still executing (a post-import hook of a
+            # module it imports fired first): its names may not exist yet.
             unloaded.append(modname)
             continue
         owner: Any = module
@@ -431,6 +444,7 @@ def _on_module_imported(module: types.ModuleType) -> None:
     """wrapt post-import hook: apply whatever became applicable."""
     eng = _engine
     with eng.lock:
+        _completed_modules.add(getattr(module, "__name__", ""))
         if not eng.active:
             return
         _recheck_pid(eng)

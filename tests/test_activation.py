@@ -306,3 +306,27 @@ def test_pth_line_costs_well_under_5ms_when_gate_is_off():
         if env_backup is not None:
             os.environ["SGLANG_KV5D"] = env_backup
     assert per_call < 0.005, per_call
+
+
+def test_builtin_patches_apply_when_activated_before_sglang_imports():
+    """Activation first, then SGLang's own import order: every built-in patch applies.
+
+    aiter_backend imports aiter_utils part-way through its execution; a hook
+    firing then must not judge aiter_backend by its half-built namespace.
+    """
+    r = run_py(
+        PRELUDE
+        + """
+import sglang_kv5d
+sglang_kv5d.activate()
+import sglang.srt.layers.attention.aiter_backend as ab
+import sglang.srt.server_args
+st = sglang_kv5d.status()
+emit(states={p.name: p.state for p in st.patches}, reasons={p.name: p.reason for p in st.patches},
+     rebound=getattr(ab.forward_extend_vectorized_5d, "__kv5d_patch__", None))
+"""
+    )
+    d = r.data
+    assert d is not None, r
+    assert set(d["states"].values()) == {"applied"}, d["reasons"]
+    assert d["rebound"] == "attention-dispatch-5d"
