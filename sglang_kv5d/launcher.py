@@ -467,26 +467,32 @@ def segment_args(args: Sequence[str], parser: argparse.ArgumentParser, origin: s
 class Rename:
     old: str
     new: str
-    const: Optional[str]  # the old spelling was a flag meaning ``new const``
     history: str  # when SGLang renamed / removed it
+    const: Optional[str] = None  # the old spelling was a flag meaning ``new const``
+    flag: bool = False  # both spellings are flags (no value)
 
+
+_ALIAS_0516 = "a deprecated alias in SGLang 0.5.16, absent in 0.5.23"
 
 RENAMES: Tuple[Rename, ...] = (
-    Rename("--mamba-scheduler-strategy", "--mamba-radix-cache-strategy", None,
+    Rename("--mamba-scheduler-strategy", "--mamba-radix-cache-strategy",
            "renamed in SGLang 0.5.14 (deprecated alias until 0.5.19), removed in 0.5.20"),
-    Rename("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", None,
+    Rename("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode",
            "split into --cuda-graph-max-bs-decode/-prefill (the old spelling was a decode alias in 0.5.16), "
            "removed in 0.5.20, where it is an ambiguous prefix"),
-    Rename("--cuda-graph-bs", "--cuda-graph-bs-decode", None,
-           "split into --cuda-graph-bs-decode/-prefill (decode alias in 0.5.16), absent in 0.5.23"),
-    Rename("--piecewise-cuda-graph-max-tokens", "--cuda-graph-max-bs-prefill", None,
-           "renamed by 0.5.16 (deprecated alias there), absent in 0.5.23"),
-    Rename("--piecewise-cuda-graph-tokens", "--cuda-graph-bs-prefill", None,
-           "renamed by 0.5.16 (deprecated alias there), absent in 0.5.23"),
-    Rename("--enable-breakable-cuda-graph", "--cuda-graph-backend-prefill", "breakable",
-           "replaced by --cuda-graph-backend-prefill breakable by 0.5.16, absent in 0.5.23"),
-    Rename("--disable-piecewise-cuda-graph", "--cuda-graph-backend-prefill", "disabled",
-           "replaced by --cuda-graph-backend-prefill disabled by 0.5.16, absent in 0.5.23"),
+    Rename("--cuda-graph-bs", "--cuda-graph-bs-decode",
+           "split into --cuda-graph-bs-decode/-prefill; " + _ALIAS_0516),
+    Rename("--piecewise-cuda-graph-max-tokens", "--cuda-graph-max-bs-prefill", _ALIAS_0516),
+    Rename("--piecewise-cuda-graph-tokens", "--cuda-graph-bs-prefill", _ALIAS_0516),
+    Rename("--enable-breakable-cuda-graph", "--cuda-graph-backend-prefill", _ALIAS_0516, const="breakable"),
+    Rename("--disable-piecewise-cuda-graph", "--cuda-graph-backend-prefill", _ALIAS_0516, const="disabled"),
+    Rename("--nsa-prefill-backend", "--dsa-prefill-backend", _ALIAS_0516),
+    Rename("--nsa-decode-backend", "--dsa-decode-backend", _ALIAS_0516),
+    Rename("--speculative-dflash-draft-window-size", "--speculative-draft-window-size", _ALIAS_0516),
+    Rename("--stream-output", "--incremental-streaming-output", _ALIAS_0516, flag=True),
+    Rename("--enable-prefill-context-parallel", "--enable-prefill-cp", _ALIAS_0516, flag=True),
+    Rename("--enable-dsa-prefill-context-parallel", "--enable-prefill-cp", _ALIAS_0516, flag=True),
+    Rename("--enable-nsa-prefill-context-parallel", "--enable-prefill-cp", _ALIAS_0516, flag=True),
 )
 
 
@@ -519,7 +525,7 @@ def translate_renamed(
     for tok in args:
         name, eq, value = tok.partition("=")
         r = table.get(name)
-        if r is None or (eq and r.const is not None):
+        if r is None or (eq and (r.const is not None or r.flag)):
             out.append(tok)
             continue
         if r.const is not None:
@@ -529,7 +535,7 @@ def translate_renamed(
         else:
             new = [r.new]
         out.extend(new)
-        shown = new if r.const is not None or eq else new + ["<value>"]
+        shown = new if (r.const is not None or eq or r.flag) else new + ["<value>"]
         done.append(Translation(tok, shown, origin, r.history))
     return out, done
 
@@ -901,8 +907,6 @@ def run_check(argv: Sequence[str], environ: Optional[Mapping[str, str]] = None, 
         _w(err, f"sglang-kv5d: note: {n}")
     if plan.parse_error is not None:
         _w(err, render_parse_error(plan))
-        if opts.json:
-            _w(out, json.dumps([], indent=2))
         return EXIT_USAGE
     if opts.json:
         _w(out, json.dumps([f.to_dict() for f in plan.findings], indent=2))

@@ -157,8 +157,10 @@ def test_double_dash_hands_everything_after_it_to_sglang(batch):
     assert plan["platform"] == "rocm" and "--kv5d-platform" in plan["parse_error"]
 
 
-def _installed_has(flag: str) -> bool:
-    # Same question the launcher asks, answered from SGLang's source without importing it here.
+@pytest.fixture(scope="module")
+def installed_flags():
+    """Which spellings the installed SGLang's parser has (asked in a subprocess)."""
+    flags = sorted({f for r in launcher.RENAMES for f in (r.old, r.new)})
     r = run_py(
         """
         import argparse, json, sys
@@ -166,18 +168,25 @@ def _installed_has(flag: str) -> bool:
         p = argparse.ArgumentParser(); ServerArgs.add_cli_args(p)
         print(json.dumps({f: f in p._option_string_actions for f in sys.argv[1:]}))
         """,
-        args=[flag],
+        args=flags,
     )
-    return r.data[flag]
+    assert r.data is not None, r
+    return r.data
 
 
-def test_renamed_flags_are_translated_with_a_warning(batch):
+def test_rename_table_matches_the_installed_parser(installed_flags):
+    for r in launcher.RENAMES:
+        # Every entry is either still accepted as written, or translatable here.
+        assert installed_flags[r.old] or installed_flags[r.new], r
+
+
+def test_renamed_flags_are_translated_with_a_warning(batch, installed_flags):
     r = batch[8]
     plan = json.loads(r["out"])
     translated = {t["old"].partition("=")[0]: t for t in plan["translations"]}
     for old, new, value in (("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", "64"),
                             ("--mamba-scheduler-strategy", "--mamba-radix-cache-strategy", "no_buffer")):
-        if _installed_has(old):  # e.g. SGLang 0.5.16: the old spelling still works, leave it alone
+        if installed_flags[old]:  # e.g. SGLang 0.5.16: the old spelling still works, leave it alone
             assert old not in translated
             continue
         t = translated[old]
