@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -40,10 +41,12 @@ def selftest(device: str, as_json: bool, small: bool) -> None:
     progress = None if as_json else (lambda m: click.echo(f"... {m}", err=True))
     geometries = [CPU_DEFAULT] if device == "cpu" or small else [CPU_DEFAULT, GPU_DEFAULT]
     reports = []
-    for geo in geometries:
-        if progress:
-            progress(f"running {geo.name}")
-        reports.append(run_selftest(geo, device, progress))
+    # SGLang prints to stdout while importing; keep stdout for our output.
+    with contextlib.redirect_stdout(sys.stderr):
+        for geo in geometries:
+            if progress:
+                progress(f"running {geo.name}")
+            reports.append(run_selftest(geo, device, progress))
     ok = all(r["ok"] for r in reports)
     if as_json:
         click.echo(json.dumps({"ok": ok, "reports": reports}, indent=2))
