@@ -85,7 +85,8 @@ def detect_platform() -> dict:
     if info["platform"] != "cpu" and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         info["device"] = props.name
-        info["arch"] = getattr(props, "gcnArchName", None) or f"sm_{props.major}{props.minor}"
+        hip_arch = getattr(props, "gcnArchName", None) if info["platform"] == "rocm" else None
+        info["arch"] = hip_arch or f"sm_{props.major}{props.minor}"
     arch = (info["arch"] or "").split(":")[0]
     if arch.startswith("gfx94"):
         info["fp8"] = "float8_e4m3fnuz"  # MI300X / MI325X

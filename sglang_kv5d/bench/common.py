@@ -111,11 +111,9 @@ def device_description(device=None) -> dict:
         info["sm_count"] = props.multi_processor_count
         info["cuda_runtime"] = getattr(torch.version, "cuda", None)
         info["hip_runtime"] = getattr(torch.version, "hip", None)
-        arch: Optional[str] = getattr(props, "gcnArchName", None)
-        if arch:
-            info["arch"] = arch
-        else:
-            info["arch"] = f"sm_{props.major}{props.minor}"
+        # gcnArchName is only meaningful on ROCm (torch on CUDA fills it with the GPU name).
+        arch: Optional[str] = getattr(props, "gcnArchName", None) if getattr(torch.version, "hip", None) else None
+        info["arch"] = arch or f"sm_{props.major}{props.minor}"
         try:
             import subprocess
 
