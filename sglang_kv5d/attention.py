@@ -422,7 +422,7 @@ def forward_decode_vectorized_5d(backend, q, layer, forward_batch, k_cache, v_ca
     Writes into ``o`` (``(bs, Hq * D_v)``) and returns None, like upstream.
     """
     torch = _torch()
-    sub, k_cache, v_cache, _, _, kv_dtype, page = _layer_cache(backend, layer, k_cache, v_cache)
+    _, k_cache, v_cache, _, _, kv_dtype, page = _layer_cache(backend, layer, k_cache, v_cache)
     meta = backend.forward_metadata
     bs = int(forward_batch.batch_size)
     hq, hkv = int(layer.tp_q_head_num), int(layer.tp_k_head_num)
@@ -572,7 +572,7 @@ def forward_extend_vectorized_5d(backend, q, k, v, layer, forward_batch, bs0, wi
     ``(-1, -1)``).
     """
     torch = _torch()
-    sub, k_cache, v_cache, k_store, v_store, kv_dtype, page = _layer_cache(backend, layer)
+    _, k_cache, v_cache, k_store, v_store, kv_dtype, page = _layer_cache(backend, layer)
     meta = backend.forward_metadata
     bs = int(bs0) - 1
     hq, hkv, hkv_v = int(layer.tp_q_head_num), int(layer.tp_k_head_num), int(layer.tp_v_head_num)

@@ -23,7 +23,6 @@ from tests.helpers.fake_aiter import fake_aiter, no_aiter  # noqa: F401  (fixtur
 
 FP8 = torch.float8_e4m3fn
 BF16 = torch.bfloat16
-PA_PARAMS = None  # filled from the fake's signature in tests
 
 
 @pytest.fixture(autouse=True)
