@@ -222,6 +222,7 @@ class _Engine:
         self.env_set_by_us: Dict[str, Optional[str]] = {}
         self.warned_5d: set = set()
         self.surfaces: Dict[str, Surface] = dict(SURFACES)
+        self.selected: Optional[Tuple[str, ...]] = None
 
 
 _engine = _Engine()
@@ -559,12 +560,20 @@ def activate(
         if route not in eng.routes:
             eng.routes.append(route)
         if eng.active:
+            wanted = tuple(patches) if patches is not None else None
+            if wanted is not None and wanted != eng.selected:
+                msg = (f"already active with patch selection {eng.selected or 'all'}; the new selection "
+                       f"{list(wanted)} is ignored (call deactivate() first to change it)")
+                if msg not in eng.warnings:
+                    eng.warnings.append(msg)
+                    logger.warning("sglang-kv5d: %s", msg)
             if route != "pth":
                 _report(eng)
             return _status(eng)
 
         eng.strict = config.strict() if strict is None else bool(strict)
         selected = tuple(patches) if patches is not None else config.selected_patches()
+        eng.selected = selected
         eng.verdict = _versions.verdict(allow_untested=config.allow_untested())
         eng.records = {}
         eng.order = []
