@@ -300,7 +300,7 @@ def test_launch_execs_sglangs_real_launch_server(tmp_path):
     env = base_env({"KV5D_TEST_DUMP": str(dump), "PYTHONPATH": os.pathsep.join(
         [str(tmp_path)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sglang_kv5d.cli.launch", "launch", "--kv5d-profile", PROFILE,
+        [sys.executable, "-m", "sglang_kv5d.cli", "launch", "--kv5d-profile", PROFILE,
          "--kv5d-no-strict", "--", "--help"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
     )

@@ -7,8 +7,9 @@ and hands every other token to SGLang's own parser untouched. (click's
 option of the same name and forward typos of ours silently.) The click
 options below exist only so that ``--help`` documents them.
 
-``python -m sglang_kv5d.cli.launch launch|check ...`` runs these commands
-without the package's console script (tests use it).
+The package's group (sglang_kv5d.cli:cli, the ``sglang-kv5d`` console script)
+calls :func:`register`; :func:`main` is a stand-alone group with just these
+two commands.
 """
 
 from __future__ import annotations

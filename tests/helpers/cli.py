@@ -1,7 +1,8 @@
 """Run ``sglang-kv5d launch`` / ``check`` in subprocesses for the tests.
 
-``run_cli(args)`` starts a fresh interpreter on ``python -m sglang_kv5d.cli.launch``
-(the same click commands the ``sglang-kv5d`` console script registers).
+``run_cli(args)`` starts a fresh interpreter on ``python -m sglang_kv5d.cli``,
+which is what the ``sglang-kv5d`` console script runs (the package's click
+group, where sglang_kv5d.cli.launch.register adds launch and check).
 
 ``run_batch(cases)`` starts ONE interpreter that runs many ``check`` / ``launch
 --kv5d-dry-run`` invocations through the same click entry point, one after the
@@ -24,6 +25,7 @@ import sys
 from typing import Dict, List, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLI_MODULE = "sglang_kv5d.cli"
 PROFILE = os.path.join(ROOT, "launch", "qwen3.5-397b-a17b-fp8-tp8-5d.toml")
 
 # Variables that change what the rules or the overlay do: never inherited from
@@ -46,7 +48,7 @@ def run_cli(args: Sequence[str], env: Optional[Dict[str, str]] = None, timeout: 
     if pythonpath:
         full_env["PYTHONPATH"] = pythonpath + (os.pathsep + full_env["PYTHONPATH"] if full_env.get("PYTHONPATH") else "")
     return subprocess.run(
-        [python or sys.executable, "-m", "sglang_kv5d.cli.launch", *args],
+        [python or sys.executable, "-m", CLI_MODULE, *args],
         capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT,
     )
 
@@ -64,7 +66,7 @@ def run_batch(cases: List[dict], timeout: int = 600) -> List[dict]:
 
 def _run_one(case: dict) -> dict:
     from sglang_kv5d import launcher
-    from sglang_kv5d.cli.launch import main
+    from sglang_kv5d.cli import main  # the console script's entry point (standalone click: SystemExit)
 
     saved_env = dict(os.environ)
     saved_probe = launcher.probe_patch_problems
@@ -79,7 +81,11 @@ def _run_one(case: dict) -> dict:
                 None if problems is not None else "KV5D011 not checked: no probe (test)",
             )
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(case["argv"])
+            try:
+                main(case["argv"])
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
         launcher.probe_patch_problems = saved_probe
         os.environ.clear()
