@@ -46,7 +46,7 @@ def _doc_options(command: str) -> List[click.Parameter]:
         click.Option(["--kv5d-env"], metavar="NAME=VALUE", multiple=True,
                      help="Set a variable for SGLang; beats the environment and the profile. Repeatable."),
         click.Option(["--kv5d-json"], is_flag=True,
-                     help="Findings as JSON (check: a list on stdout; launch --kv5d-dry-run: the whole plan)."),
+                     help="JSON output: check prints the findings as a list on stdout; launch --kv5d-dry-run prints the whole plan; a real launch prints the findings on stderr."),
     ]
     if command == "launch":
         opts.insert(1, click.Option(["--kv5d-dry-run"], is_flag=True,
