@@ -34,6 +34,11 @@ def _has_gpu() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    # Kernel tests exercise our Triton kernels only: run them once, not again on 0.5.16.
+    for item in items:
+        parts = item.nodeid.split("/")
+        if len(parts) > 2 and parts[0] == "tests" and parts[1] in ("kernels", "gpu"):
+            item.add_marker(pytest.mark.sglang_independent)
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA/ROCm GPU (run on the H200 device machine)")

@@ -22,6 +22,9 @@ import textwrap
 
 import pytest
 
+from sglang_kv5d.versions import parse_version
+from tests.helpers.subproc import sglang_version
+
 from tests.helpers.cli import PROFILE, ROOT, base_env, run_batch, run_cli
 from tests.helpers.subproc import run_py, sglang_version
 
@@ -404,11 +407,11 @@ def spy(self, name, value):
 SPYING = False
 ServerArgs.__setattr__ = spy
 
-original_check = ServerArgs.check_server_args
-def check_server_args(self):           # what the server-args-guard patch does
-    original_check(self)
-    guard_server_args(self)
-ServerArgs.check_server_args = check_server_args
+import sglang_kv5d                       # the real server-args-guard patch
+import sglang_kv5d.rules as rules
+rules._platform_in_process = lambda: "rocm"  # judge as the ROCm server would (this host is a CPU)
+status = sglang_kv5d.activate(patches=["server-args-guard"], strict=False)
+hooks = sys.modules.get("sglang.srt.arg_groups.resolution_hooks")
 
 def build(extra, env):
     os.environ.pop("SGLANG_AITER_KV_CACHE_LAYOUT", None)
@@ -421,15 +424,19 @@ def build(extra, env):
 out = {}
 five_d = {"SGLANG_USE_AITER": "1", "SGLANG_AITER_KV_CACHE_LAYOUT": "vectorized_5d"}
 
-sa = build(["--enable-unified-memory", "--attention-backend", "triton",
-           "--cuda-graph-backend-prefill", "disabled"], five_d)  # 0.5.16 insists on it
-SPYING = True
+out["patch"] = status.patch("server-args-guard").state
+out["hook_registered"] = bool(hooks and getattr(hooks, "_HOOKS", {}).get("handle_other_validations"))
+stage = "resolution"
 try:
+    sa = build(["--enable-unified-memory", "--attention-backend", "triton",
+               "--cuda-graph-backend-prefill", "disabled"], five_d)  # 0.5.16 insists on it
+    stage = "check_server_args"
+    SPYING = True
     sa.check_server_args()
     out["unified"] = None
 except Kv5dConfigError as exc:
     out["unified"] = {"ids": [f.id for f in exc.findings], "message": str(exc),
-                      "is_value_error": isinstance(exc, ValueError)}
+                      "is_value_error": isinstance(exc, ValueError), "stage": stage}
 SPYING = False
 
 os.environ.pop("SGLANG_AITER_KV_CACHE_LAYOUT", None)
@@ -472,3 +479,8 @@ def test_guard_inside_sglang(tmp_path):
     assert r.data["clean_nhd"] == "passed" and r.data["clean_5d_rocm"] == "passed"
     assert r.data["hnd"] == ["KV5D007"]
     assert r.data["assigned"] == [], "the guard assigned to ServerArgs"
+    assert r.data["patch"] == "applied"
+    # 0.5.20+: the resolution hook fires first; older: check_server_args does
+    has_hooks = r.data["hook_registered"]
+    assert unified["stage"] == ("resolution" if has_hooks else "check_server_args"), r.data
+    assert has_hooks == (parse_version(sglang_version()) >= parse_version("0.5.20"))

@@ -11,6 +11,7 @@ every finding; warnings are logged once (sglang_kv5d.rules.guard_server_args).
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 from . import Binding, Patch
@@ -40,8 +41,13 @@ def _resolution_hook(server_args, previous):
 def _register_resolution_hook():
     """0.5.20+: add the guard to the resolution pipeline; returns the undo."""
     hooks = sys.modules.get(_RESOLUTION_HOOKS)
-    if hooks is None or not hasattr(hooks, "register_resolution_hook"):
-        return None  # older SGLang: check_server_args alone
+    if hooks is None:
+        try:  # a small module of SGLang's (0.5.20+); not imported by server_args itself
+            hooks = importlib.import_module(_RESOLUTION_HOOKS)
+        except ImportError:
+            return None  # older SGLang: check_server_args alone
+    if not hasattr(hooks, "register_resolution_hook"):
+        return None
     hooks.register_resolution_hook(_HOOK_STEP)(_resolution_hook)
     registry = getattr(hooks, "_HOOKS", None)
 
