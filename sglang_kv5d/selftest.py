@@ -151,26 +151,28 @@ def build_pools(geo: Geometry, device: str, fp8_dtype, total_tokens: int):
     return hybrid, swa_pool, full_ids
 
 
-@dataclass
-class _FakeRuntime:
-    page: int
+def _fake_runtime_context(module, page_size: int) -> dict:
+    """Replace SGLang's runtime-context accessors on ``module``; returns the originals.
 
-    def install(self, module):
-        spec = NS(speculative_num_draft_tokens=None, speculative_num_steps=None, speculative_algorithm=None,
-                  speculative_attention_mode="prefill")
-        fakes = {"get_parallel": lambda: NS(attn_tp_size=1, attn_tp_rank=0, attn_dcp_size=1),
-                 "get_schedule": lambda: NS(page_size=self.page),
-                 "get_spec": lambda: spec,
-                 "is_dp_attention_enabled": lambda: False}
-        saved = {}
-        for name, fake in fakes.items():
-            if hasattr(module, name):
-                saved[name] = getattr(module, name)
-                setattr(module, name, fake)
-        return saved
+    Which accessors exist depends on the SGLang version (get_parallel /
+    get_schedule / get_spec / is_dp_attention_enabled on 0.5.23).
+    """
+    spec = NS(speculative_num_draft_tokens=None, speculative_num_steps=None, speculative_algorithm=None,
+              speculative_attention_mode="prefill")
+    fakes = {"get_parallel": lambda: NS(attn_tp_size=1, attn_tp_rank=0, attn_dcp_size=1),
+             "get_schedule": lambda: NS(page_size=page_size),
+             "get_spec": lambda: spec,
+             "is_dp_attention_enabled": lambda: False}
+    saved = {}
+    for name, fake in fakes.items():
+        if hasattr(module, name):
+            saved[name] = getattr(module, name)
+            setattr(module, name, fake)
+    return saved
 
 
-def build_backend(pool, geo: Geometry, device: str, context_len: int, max_bs: int = 16):
+def build_backend(pool, *, num_q_heads: int, num_kv_heads: int, head_dim: int, page_size: int, device: str = "cpu",
+                  context_len: int = 4096, max_bs: int = 16, dtype=None):
     """A real AiterAttnBackend over ``pool`` from a minimal model runner.
 
     Only what ``AiterAttnBackend.__init__`` reads is provided; SGLang's runtime
@@ -178,20 +180,21 @@ def build_backend(pool, geo: Geometry, device: str, context_len: int, max_bs: in
     """
     import torch
 
+    dtype = dtype or torch.bfloat16
     ab = importlib.import_module("sglang.srt.layers.attention.aiter_backend")
-    model_config = NS(dtype=torch.bfloat16, is_multimodal=False, num_attention_heads=geo.hq, head_dim=geo.head_dim,
-                      get_num_kv_heads=lambda tp: geo.hkv, attention_arch=None, context_len=context_len,
-                      v_head_dim=geo.head_dim, is_hybrid_swa=False)
+    model_config = NS(dtype=dtype, is_multimodal=False, num_attention_heads=num_q_heads, head_dim=head_dim,
+                      get_num_kv_heads=lambda tp: num_kv_heads, attention_arch=None, context_len=context_len,
+                      v_head_dim=head_dim, is_hybrid_swa=False)
     req_to_token_pool = NS(req_to_token=torch.zeros(max_bs, context_len, dtype=torch.int32, device=device),
                            size=max_bs)
-    server_args = NS(page_size=geo.page, speculative_num_draft_tokens=None, speculative_num_steps=None,
+    server_args = NS(page_size=page_size, speculative_num_draft_tokens=None, speculative_num_steps=None,
                      speculative_algorithm=None, speculative_attention_mode="prefill", enable_dp_attention=False,
                      kv_cache_dtype="auto")
-    runner = NS(model_config=model_config, device=device, kv_cache_dtype=torch.bfloat16, dtype=torch.bfloat16,
+    runner = NS(model_config=model_config, device=device, kv_cache_dtype=dtype, dtype=dtype,
                 req_to_token_pool=req_to_token_pool, kv_index_translator=None, token_to_kv_pool=pool,
                 token_to_kv_pool_allocator=NS(get_kvcache=lambda: pool), server_args=server_args,
-                is_draft_worker=False, sliding_window_size=None, page_size=geo.page)
-    saved = _FakeRuntime(geo.page).install(ab)
+                is_draft_worker=False, sliding_window_size=None, page_size=page_size)
+    saved = _fake_runtime_context(ab, page_size)
     try:
         return ab.AiterAttnBackend(runner)
     finally:
@@ -303,7 +306,8 @@ def run_selftest(geo: Geometry, device: str, progress: Optional[Callable[[str], 
     }
     flags = {}
     for name, cfg in pools.items():
-        backend = build_backend(cfg["pool"], geo, device, context_len=max(4096, max_len + page))
+        backend = build_backend(cfg["pool"], num_q_heads=geo.hq, num_kv_heads=geo.hkv, head_dim=geo.head_dim,
+                                page_size=page, device=device, context_len=max(4096, max_len + page))
         cfg["backend"] = backend
         flags[name] = {
             "kv_cache_is_vectorized_5d": bool(backend.kv_cache_is_vectorized_5d),
