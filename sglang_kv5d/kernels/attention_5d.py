@@ -730,8 +730,10 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def _decode_config(D: int, G: int, page: int, X: int, fp8: bool):
+def _decode_config(D: int, G: int, page: int, X: int, fp8: bool, work: int = 0):
     """(BLOCK_N, BLOCK_H, num_warps, num_stages, LOAD3D) for the decode kernel.
+
+    ``work`` is batch x KV heads (0: unknown).
 
     From an H200 sweep (scripts/gpu/attention_sweep.py): small tiles with a deep
     cp.async pipeline and several CTAs per SM stream best; fp8 at D=256 prefers
@@ -739,7 +741,12 @@ def _decode_config(D: int, G: int, page: int, X: int, fp8: bool):
     """
     block_h = max(16, min(64, _pow2(G)))
     BD = _pow2(D)
-    if page % 64 == 0:
+    if not fp8 and BD >= 256 and 0 < work < 256 and page % 32 == 0:
+        # bf16/fp16 at D=256 with fewer than 256 (sequence, KV head) pairs:
+        # 32-token tiles keep more CTAs resident (H200 sweep, docs/benchmarks.md:
+        # bs 128 4/1 ctx 8k 360 us against 453 us with 64-token tiles).
+        block_n, num_stages = 32, 3
+    elif page % 64 == 0:
         # Second H200 sweep: 64-token tiles, 3 stages beat 32x3 by 26-37% (bf16)
         # and 64x2 (fp8) at D=128/256.
         block_n, num_stages = 64, 3
@@ -830,7 +837,7 @@ def decode_attention_5d(
         block_tables = block_tables.contiguous()
 
     if _config is None:
-        _config = _decode_config(D, G, page, X, fp8_mode > 0)
+        _config = _decode_config(D, G, page, X, fp8_mode > 0, work=B * H_kv)
     block_n, block_h, num_warps, num_stages, load3d = _config
     head_tiles = -(-G // block_h)
     if num_splits is None:
