@@ -145,8 +145,7 @@ def build_pools(geo: Geometry, device: str, fp8_dtype, total_tokens: int):
     hybrid = mp.HybridLinearKVPool(**_accepted(mp.HybridLinearKVPool.__init__, hybrid_kwargs))
     swa_kwargs = dict(size=size, size_swa=size, page_size=geo.page, dtype=torch.bfloat16, head_num=geo.hkv,
                       head_dim=geo.head_dim, swa_attention_layer_ids=[0, 2], full_attention_layer_ids=[1, 3],
-                      device=device, token_to_kv_pool_class=mp.MHATokenToKVPool, enable_memory_saver=False,
-                      full_kv_pool_class=mp.MHATokenToKVPool, swa_kv_pool_class=mp.MHATokenToKVPool)
+                      device=device, token_to_kv_pool_class=mp.MHATokenToKVPool, enable_memory_saver=False)
     swa_pool = swa.SWAKVPool(**_accepted(swa.SWAKVPool.__init__, swa_kwargs))
     return hybrid, swa_pool, full_ids
 
