@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import os
 import platform
-import subprocess
 import sys
 import sysconfig
 from dataclasses import asdict, dataclass
@@ -196,35 +195,54 @@ def check_patches(environ=None) -> List[Check]:
     return out
 
 
-SPAWN_PROBE = """
-import json, os, sys
-import sglang
-import sglang_kv5d
-st = sglang_kv5d.status()
-print(json.dumps({"active": st.active, "routes": st.routes, "pid": os.getpid()}))
-"""
-
-
-def check_spawn(timeout: float = 120.0) -> Check:
-    """A fresh interpreter with SGLANG_KV5D=1 (how spawn children start) must activate."""
-    env = dict(os.environ)
-    env[config.GATE] = "1"
-    try:
-        proc = subprocess.run([sys.executable, "-c", SPAWN_PROBE], env=env, capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return Check("spawn probe", FAIL, f"child did not finish in {timeout:.0f} s")
+def _spawn_probe_child(queue) -> None:
+    """Runs in a ``spawn`` child: import SGLang and report whether the overlay activated."""
     import json
 
     try:
-        data = json.loads(proc.stdout.strip().splitlines()[-1])
-    except Exception:
-        return Check("spawn probe", FAIL, f"child failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}",
+        import sglang  # noqa: F401  (the .pth bootstrap activates on this import)
+
+        import sglang_kv5d
+
+        st = sglang_kv5d.status()
+        queue.put(json.dumps({"active": st.active, "routes": st.routes, "pid": os.getpid()}))
+    except Exception as exc:  # reported, not raised
+        queue.put(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+
+
+def check_spawn(timeout: float = 120.0) -> Check:
+    """A multiprocessing ``spawn`` child (how SGLang starts its schedulers) with
+    SGLANG_KV5D=1 must activate the overlay on its own."""
+    import json
+    import multiprocessing
+    import queue as _queue
+
+    previous = os.environ.get(config.GATE)
+    os.environ[config.GATE] = "1"  # inherited by the child at start
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_spawn_probe_child, args=(q,), name="sglang-kv5d-spawn-probe")
+    try:
+        proc.start()
+    finally:
+        if previous is None:
+            os.environ.pop(config.GATE, None)
+        else:
+            os.environ[config.GATE] = previous
+    try:
+        data = json.loads(q.get(timeout=timeout))
+    except _queue.Empty:
+        proc.kill()
+        return Check("spawn probe", FAIL, f"spawn child did not report in {timeout:.0f} s")
+    finally:
+        proc.join(10)
+    if "error" in data:
+        return Check("spawn probe", FAIL, f"spawn child failed: {data['error']}",
                      "run `python -c 'import sglang'` with SGLANG_KV5D=1 to see the error")
     if data.get("active"):
-        return Check("spawn probe", OK, f"child pid {data['pid']} activated via {'+'.join(data['routes'])}")
-    return Check("spawn probe", FAIL, "child with SGLANG_KV5D=1 did not activate the overlay",
-                 "check that sglang_kv5d.pth is in site-packages and the child runs without -S")
+        return Check("spawn probe", OK, f"spawn child pid {data['pid']} activated via {'+'.join(data['routes'])}")
+    return Check("spawn probe", FAIL, "spawn child with SGLANG_KV5D=1 did not activate the overlay",
+                 "check that sglang_kv5d.pth is in site-packages and children run without -S")
 
 
 def run_doctor(progress: Optional[Callable[[str], None]] = None, spawn: bool = True) -> List[Check]:
