@@ -223,6 +223,7 @@ class _Engine:
         self.warned_5d: set = set()
         self.surfaces: Dict[str, Surface] = dict(SURFACES)
         self.selected: Optional[Tuple[str, ...]] = None
+        self.activating = False  # inside activate(): it logs the status line itself
 
 
 _engine = _Engine()
@@ -530,7 +531,7 @@ def _report_change(eng: _Engine, rec: _Record) -> None:
         logger.warning("sglang-kv5d: patch %s failed: %s", rec.patch.name, rec.reason)
     else:
         logger.debug("sglang-kv5d: patch %s %s: %s", rec.patch.name, rec.state, rec.reason)
-    if eng.logged_pid != os.getpid() and rec.state in (APPLIED, FAILED):
+    if eng.logged_pid != os.getpid() and rec.state in (APPLIED, FAILED) and not eng.activating:
         _report(eng, by="settle")  # first settled patch in a process nobody activated explicitly
     else:
         _write_status_file(_status(eng))
@@ -606,7 +607,11 @@ def activate(
         if preloaded and route == "api":
             eng.warnings.append(_preloaded_warning(eng, preloaded))
             logger.warning("sglang-kv5d: %s", eng.warnings[-1])
-        _apply_pending(eng)
+        eng.activating = True
+        try:
+            _apply_pending(eng)
+        finally:
+            eng.activating = False
         _register_hooks(eng, dict.fromkeys(to_hook))
         if route == "pth":
             _write_status_file(_status(eng))

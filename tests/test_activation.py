@@ -330,3 +330,29 @@ emit(states={p.name: p.state for p in st.patches}, reasons={p.name: p.reason for
     assert d is not None, r
     assert set(d["states"].values()) == {"applied"}, d["reasons"]
     assert d["rebound"] == "attention-dispatch-5d"
+
+
+def test_one_info_status_line_per_process(probe_dir, tmp_path):
+    r = run_py(
+        PRELUDE
+        + """
+import io, logging
+buf = io.StringIO()
+logging.basicConfig(stream=buf, level=logging.INFO, format="%(levelname)s %(message)s")
+import sglang_kv5d
+import sglang.srt.utils.common
+sglang_kv5d.activate(patches=["engine-probe"])
+sglang_kv5d.activate(patches=["engine-probe"])
+lines = [l for l in buf.getvalue().splitlines() if "sglang-kv5d: pid=" in l]
+emit(lines=lines, pid=os.getpid(), files=sorted(os.listdir(os.environ["SGLANG_KV5D_STATUS_DIR"])))
+""",
+        env=_env(probe_dir, SGLANG_KV5D_STATUS_DIR=str(tmp_path)),
+    )
+    d = r.data
+    assert d is not None, r
+    assert len(d["lines"]) == 1, d["lines"]
+    line = d["lines"][0]
+    assert line.startswith("INFO ") and f"pid={d['pid']}" in line and "role=main" in line
+    assert "sglang=" in line and ("(supported)" in line or "(best-effort)" in line)
+    assert "applied=[" in line and "engine-probe" in line and "disabled=[" in line
+    assert d["files"] == [f"{d['pid']}.json"]
