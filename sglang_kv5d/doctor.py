@@ -70,21 +70,21 @@ def check_sglang(environ=None) -> Check:
 
 
 def detect_platform() -> dict:
-    """Platform (rocm | cuda | cpu), device name, arch and the fp8 flavour it uses."""
-    info = {"platform": "cpu", "device": None, "arch": None, "fp8": "float8_e4m3fn"}
+    """Platform (rocm | cuda | cpu, decided like ``sglang-kv5d check``), device name,
+    arch and the fp8 flavour it uses (e4m3fnuz on gfx942, e4m3fn elsewhere)."""
+    from .launcher import detect_platform as decide_platform
+
+    name, how = decide_platform("auto")
+    info = {"platform": name, "how": how, "device": None, "arch": None, "fp8": "float8_e4m3fn"}
     try:
         import torch
     except Exception as exc:
         info["error"] = f"torch not importable: {exc}"
         return info
-    if getattr(torch.version, "hip", None):
-        info["platform"] = "rocm"
-    elif getattr(torch.version, "cuda", None) and torch.cuda.is_available():
-        info["platform"] = "cuda"
-    if info["platform"] != "cpu" and torch.cuda.is_available():
+    if name != "cpu" and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         info["device"] = props.name
-        hip_arch = getattr(props, "gcnArchName", None) if info["platform"] == "rocm" else None
+        hip_arch = getattr(props, "gcnArchName", None) if name == "rocm" else None
         info["arch"] = hip_arch or f"sm_{props.major}{props.minor}"
     arch = (info["arch"] or "").split(":")[0]
     if arch.startswith("gfx94"):
@@ -92,9 +92,9 @@ def detect_platform() -> dict:
     return info
 
 
-def check_platform() -> Check:
-    info = detect_platform()
-    detail = f"{info['platform']}"
+def check_platform(info: Optional[dict] = None) -> Check:
+    info = info if info is not None else detect_platform()
+    detail = f"{info['platform']} ({info['how']})"
     if info.get("device"):
         detail += f", {info['device']} ({info['arch']})"
     detail += f", fp8 KV cache dtype {info['fp8']}"
@@ -252,10 +252,10 @@ def run_doctor(progress: Optional[Callable[[str], None]] = None, spawn: bool = T
     checks += check_versions()
     checks.append(check_sglang())
     say("platform")
-    plat = check_platform()
-    checks.append(plat)
+    platform_info = detect_platform()
+    checks.append(check_platform(platform_info))
     say("aiter")
-    checks.append(check_aiter(detect_platform()["platform"]))
+    checks.append(check_aiter(platform_info["platform"]))
     checks.append(check_entry_point())
     checks.append(check_pth())
     checks.append(Check("environment", OK, ", ".join(f"{k}={os.environ[k]}" for k in config.ALL_SWITCHES + (config.LAYOUT,)
