@@ -878,20 +878,40 @@ def render_dry_run(plan: Plan) -> str:
 # Entry points (the click commands in sglang_kv5d.cli.launch call these)
 
 
+def _plan_or_exit_code(argv, command, environ, out, err, help_text):
+    """The plan, or the exit code when the command ends here (usage error, --help)."""
+    try:
+        plan = make_plan(argv, command, environ)
+    except UsageError as exc:
+        _w(err, f"Error: {exc}")
+        _w(err, f"Try 'sglang-kv5d {command} --help' for help.")
+        return EXIT_USAGE
+    if plan.options.help:
+        _w(out, help_text.rstrip())
+        return EXIT_OK
+    return plan
+
+
+def _report_parse(plan, err) -> bool:
+    """Print flag translations, notes and SGLang's parse error; False when parsing failed."""
+    for t in plan.translations:
+        _w(err, f"sglang-kv5d: warning: {t.message()}")
+    for n in plan.notes:
+        _w(err, f"sglang-kv5d: note: {n}")
+    if plan.parse_error is not None:
+        _w(err, render_parse_error(plan))
+        return False
+    return True
+
+
 def run_check(argv: Sequence[str], environ: Optional[Mapping[str, str]] = None, *, out=None, err=None,
               help_text: str = "") -> int:
     out = out or sys.stdout
     err = err or sys.stderr
-    try:
-        plan = make_plan(argv, CHECK, environ)
-    except UsageError as exc:
-        _w(err, f"Error: {exc}")
-        _w(err, "Try 'sglang-kv5d check --help' for help.")
-        return EXIT_USAGE
+    plan = _plan_or_exit_code(argv, CHECK, environ, out, err, help_text)
+    if isinstance(plan, int):
+        return plan
     opts = plan.options
-    if opts.help:
-        _w(out, help_text.rstrip())
-        return EXIT_OK
     if opts.explain:
         try:
             _w(out, _rules.explain(opts.explain).rstrip())
@@ -901,12 +921,7 @@ def run_check(argv: Sequence[str], environ: Optional[Mapping[str, str]] = None, 
             _w(err, f"Error: unknown rule {opts.explain!r}" + (f" (did you mean {close}?)" if close else "")
                + f"; rules: {', '.join(sorted(_rules.RULES))}")
             return EXIT_USAGE
-    for t in plan.translations:
-        _w(err, f"sglang-kv5d: warning: {t.message()}")
-    for n in plan.notes:
-        _w(err, f"sglang-kv5d: note: {n}")
-    if plan.parse_error is not None:
-        _w(err, render_parse_error(plan))
+    if not _report_parse(plan, err):
         return EXIT_USAGE
     if opts.json:
         _w(out, json.dumps([f.to_dict() for f in plan.findings], indent=2))
@@ -922,16 +937,10 @@ def run_launch(argv: Sequence[str], environ: Optional[Mapping[str, str]] = None,
     """Check, then replace this process with SGLang (unless --kv5d-dry-run)."""
     out = out or sys.stdout
     err = err or sys.stderr
-    try:
-        plan = make_plan(argv, LAUNCH, environ)
-    except UsageError as exc:
-        _w(err, f"Error: {exc}")
-        _w(err, "Try 'sglang-kv5d launch --help' for help.")
-        return EXIT_USAGE
+    plan = _plan_or_exit_code(argv, LAUNCH, environ, out, err, help_text)
+    if isinstance(plan, int):
+        return plan
     opts = plan.options
-    if opts.help:
-        _w(out, help_text.rstrip())
-        return EXIT_OK
     if opts.dry_run:
         if opts.json:
             _w(out, json.dumps(plan.to_dict(), indent=2, default=str))
@@ -939,12 +948,7 @@ def run_launch(argv: Sequence[str], environ: Optional[Mapping[str, str]] = None,
             _w(out, render_dry_run(plan))
         return plan.exit_code
     # Real launch: stdout belongs to SGLang; ours goes to stderr.
-    for t in plan.translations:
-        _w(err, f"sglang-kv5d: warning: {t.message()}")
-    for n in plan.notes:
-        _w(err, f"sglang-kv5d: note: {n}")
-    if plan.parse_error is not None:
-        _w(err, render_parse_error(plan))
+    if not _report_parse(plan, err):
         return EXIT_USAGE
     if opts.json:
         _w(err, json.dumps([f.to_dict() for f in plan.findings], indent=2))
