@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 from typing import NamedTuple, Optional, Union
 
 import torch
@@ -389,6 +390,15 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def _round_to_float32(value: float) -> float:
+    """``value`` rounded to the nearest float32 (inf past the range), on the host
+    without creating a tensor (this runs on every call with a float scale)."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
 def _check_scale(name: str, scale, device: torch.device):
     """Return (kernel argument, is_pointer)."""
     if isinstance(scale, torch.Tensor):
@@ -411,7 +421,7 @@ def _check_scale(name: str, scale, device: torch.device):
             f"got {type(scale).__name__}"
         )
     value = float(scale)
-    as32 = float(torch.tensor(value, dtype=torch.float32)) if math.isfinite(value) else value
+    as32 = _round_to_float32(value) if math.isfinite(value) else value
     if not math.isfinite(value) or not math.isfinite(as32) or not as32 > 0.0:
         raise ValueError(
             f"{name}: expected a positive finite scale (also after rounding to float32), "
