@@ -1,11 +1,18 @@
-"""Device-run helper: time write_kv_fp8 launch configurations (window tokens,
-heads per program, warps, K/V split, eager V load) to check the defaults in
-fp8_write.launch_config. Results go to OUT.json as they come.
+"""Device-run helper: time write_kv_fp8 launch configurations against the
+defaults of fp8_write.launch_config and against SGLang's reshape_and_cache_flash
+(when importable), same run, same inputs. Rows go to OUT.json as they come, so
+a run cut short by a timeout still leaves its data.
 
-usage: python scripts/gpu/fp8_write_sweep.py OUT.json
+    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all]
+
+small: T = 1, 16, 128 with decode slots (distinct random) and T = 128, 1024
+       with prefill runs; V bytes stored one by one (groups off) with windows of
+       1..16 tokens, heads per program, dims split over programs.
+large: T = 4096, 32768 with prefill runs; K alone, V alone, warps, 5D V
+       groups on or off, dims split, and the NHD window/head choices.
+Times are CUDA-graph replay medians in us; ratio = time / byte floor.
 """
 
-import itertools
 import json
 import sys
 import time
@@ -13,23 +20,28 @@ import time
 import torch
 
 from sglang_kv5d.bench import common
-from sglang_kv5d.bench.fp8_write import decode_loc, prefill_loc
+from sglang_kv5d.bench.fp8_write import _import_peers, decode_loc, prefill_loc
 from sglang_kv5d.kernels import fp8_write
 
 out_path = sys.argv[1]
+which = sys.argv[2] if len(sys.argv) > 2 else "all"
 dev = torch.device("cuda")
 bw = common.copy_bandwidth_bytes_per_s(dev)
-res = {"copy_bandwidth_bytes_per_s": bw, "rows": []}
+res = {"copy_bandwidth_bytes_per_s": bw, "device": common.device_description(dev), "rows": []}
+flash = _import_peers()["flash"]
 gen = torch.Generator().manual_seed(1)
 t0 = time.time()
+GEOS = [(1, 256), (2, 256), (8, 128)]
+PAGE = 64
+FN = torch.float8_e4m3fn
 
 
 def caches(layout, n_pages, H, D):
     if layout == "5d":
-        return (torch.zeros(n_pages, H, D // 16, 64, 16, dtype=torch.uint8, device=dev),
-                torch.zeros(n_pages, H, 4, D, 16, dtype=torch.uint8, device=dev))
-    return (torch.zeros(n_pages * 64, H, D, dtype=torch.uint8, device=dev),
-            torch.zeros(n_pages * 64, H, D, dtype=torch.uint8, device=dev))
+        return (torch.zeros(n_pages, H, D // 16, PAGE, 16, dtype=torch.uint8, device=dev).view(FN),
+                torch.zeros(n_pages, H, PAGE // 16, D, 16, dtype=torch.uint8, device=dev).view(FN))
+    return (torch.zeros(n_pages * PAGE, H, D, dtype=torch.uint8, device=dev).view(FN),
+            torch.zeros(n_pages * PAGE, H, D, dtype=torch.uint8, device=dev).view(FN))
 
 
 def record(row):
@@ -40,46 +52,76 @@ def record(row):
         json.dump(res, f, indent=1)
 
 
-for (H, D), layout in itertools.product([(1, 256), (2, 256), (8, 128)], ["5d", "nhd"]):
-    hb_max = max(h for h in (1, 2, 4, 8) if h <= H and h * D <= 512)
-    default = fp8_write.launch_config(32768, H, D, D, layout == "5d")
-    if layout == "5d":
-        cfgs = [(16, default["heads_per_program"], 4, True), (16, 1, 4, True), (16, hb_max, 4, True),
-                (16, hb_max, 8, True), (32, 1, 4, True), (32, 1, 4, False)]
-    else:
-        cfgs = [(32, default["heads_per_program"], 4, True), (32, 1, 4, True), (32, hb_max, 4, True),
-                (16, default["heads_per_program"], 4, True)]
-    cfgs = list(dict.fromkeys(cfgs))
-    for T in (32768, 262144):
-        n_pages = (T * 5 // 4) // 64 + 4
-        k = torch.randn(T, H, D, device=dev).to(torch.bfloat16)
-        v = torch.randn(T, H, D, device=dev).to(torch.bfloat16)
-        loc = prefill_loc(T, n_pages * 64, 64, gen=gen, device=dev)
-        kc, vc = caches(layout, n_pages, H, D)
-        ks = torch.tensor([0.75], device=dev)
-        floor = (T * H * 2 * D * 3 + T * 8) / bw * 1e6
-        for bt, hb, nw, split in cfgs:
-            fn = lambda: fp8_write.write_kv_fp8(k, v, kc, vc, loc, ks, ks, fp8_dtype=torch.float8_e4m3fn,
-                                                _block_tokens=bt, _heads_per_program=hb, _num_warps=nw,
-                                                _split_kv=split)
-            try:
-                us = common.graph_replay_median_us(fn, inner=5 if T > 32768 else 10, reps=10)
-            except Exception as exc:  # noqa: BLE001
-                print("FAIL", H, D, layout, T, bt, hb, nw, split, exc, flush=True)
-                continue
-            record(dict(H=H, D=D, layout=layout, T=T, block_t=bt, hb=hb, warps=nw, split=split,
-                        default=(bt, hb, nw, split) == cfgs[0], us=us, ratio=us / floor))
-        del k, v, kc, vc, loc
-        torch.cuda.empty_cache()
+def time_us(fn, T):
+    return common.graph_replay_median_us(fn, inner=20 if T <= 4096 else 10, reps=20)
 
-for (H, D), layout in itertools.product([(1, 256), (8, 128)], ["5d", "nhd"]):
-    for T in (1, 128):
-        k = torch.randn(T, H, D, device=dev).to(torch.bfloat16)
-        loc = decode_loc(T, 64 * 64, gen=gen, device=dev)
-        kc, vc = caches(layout, 64, H, D)
-        ks = torch.tensor([0.75], device=dev)
-        for eager in (True, False):
-            fn = lambda: fp8_write.write_kv_fp8(k, k, kc, vc, loc, ks, ks, fp8_dtype=torch.float8_e4m3fn,
-                                                _eager_v=eager)
-            us = common.graph_replay_median_us(fn, inner=20, reps=20)
-            record(dict(H=H, D=D, layout=layout, T=T, eager_v=eager, us=us))
+
+def sweep(H, D, T, slots, configs):
+    n_pages = (T * 5 // 4) // PAGE + 8
+    k = torch.randn(T, H, D, device=dev).to(torch.bfloat16)
+    v = torch.randn(T, H, D, device=dev).to(torch.bfloat16)
+    if slots == "decode":
+        loc = decode_loc(T, n_pages * PAGE, gen=gen, device=dev)
+    else:
+        loc = prefill_loc(T, n_pages * PAGE, PAGE, gen=gen, device=dev)
+    ks = torch.tensor([0.75], device=dev)
+    vs = torch.tensor([1.25], device=dev)
+    floor = (T * H * 2 * D * 3 + T * 8) / bw * 1e6
+    base = dict(H=H, D=D, T=T, slots=slots)
+    if not isinstance(flash, str):
+        kc, vc = caches("nhd", n_pages, H, D)
+        us = time_us(lambda: flash(k, v, kc.view(-1, PAGE, H, D), vc.view(-1, PAGE, H, D), loc,
+                                   k_scale=ks, v_scale=vs), T)
+        record(dict(base, layout="nhd", contender="flash", us=us, ratio=us / floor))
+    for layout, cfg in configs:
+        kc, vc = caches(layout, n_pages, H, D)
+        label = "default" if cfg is None else ",".join(f"{a}={b}" for a, b in cfg.items())
+        fn = lambda: fp8_write.write_kv_fp8(k, v, kc, vc, loc, ks, vs, _config=cfg)
+        try:
+            us = time_us(fn, T)
+        except Exception as exc:  # noqa: BLE001 - recorded
+            record(dict(base, layout=layout, contender=label, error=f"{type(exc).__name__}: {exc}"[:300]))
+            continue
+        record(dict(base, layout=layout, contender=label, us=us, ratio=us / floor))
+    del k, v, loc
+    torch.cuda.empty_cache()
+
+
+def small_configs(H, D):
+    hb_max = max(h for h in (1, 2, 4, 8) if h <= H and h * D <= 512)
+    out = [("5d", None), ("nhd", None)]
+    for bt in (1, 4, 16):
+        for hb in sorted({1, hb_max}):
+            for ds in (1, 2):
+                out.append(("5d", dict(groups=False, block_t=bt, heads_per_program=hb, d_split=ds)))
+            out.append(("nhd", dict(block_t=bt, heads_per_program=hb)))
+    out.append(("5d", dict(groups=False, block_t=4, heads_per_program=1, d_split=4 if D >= 128 else 2)))
+    return out
+
+
+def large_configs(H, D):
+    hb_max = max(h for h in (1, 2, 4, 8) if h <= H and h * D <= 512)
+    hb_256 = max(h for h in (1, 2, 4, 8) if h <= H and h * D <= 256)
+    out = [("5d", None), ("5d", dict(parts="k")), ("5d", dict(parts="v")),
+           ("5d", dict(groups=True, heads_per_program=hb_256, d_split=1)),
+           ("5d", dict(groups=True, heads_per_program=hb_256, d_split=1, num_warps=8)),
+           ("5d", dict(groups=False, heads_per_program=1, d_split=1)),
+           ("5d", dict(groups=False, heads_per_program=1, d_split=2)),
+           ("5d", dict(groups=False, heads_per_program=1, d_split=2, num_warps=8)),
+           ("nhd", None), ("nhd", dict(parts="k")), ("nhd", dict(block_t=16)),
+           ("nhd", dict(heads_per_program=hb_max)), ("nhd", dict(block_t=16, heads_per_program=hb_max)),
+           ("nhd", dict(num_warps=8))]
+    return out
+
+
+if which in ("small", "all"):
+    for H, D in GEOS:
+        cfgs = small_configs(H, D)
+        for T, slots in ((1, "decode"), (16, "decode"), (128, "decode"), (128, "runs"), (1024, "runs")):
+            sweep(H, D, T, slots, cfgs)
+if which in ("large", "all"):
+    for H, D in GEOS:
+        cfgs = large_configs(H, D)
+        for T in (4096, 32768):
+            sweep(H, D, T, "runs", cfgs)
+print(f"done in {time.time() - t0:.0f}s", flush=True)

@@ -763,14 +763,19 @@ def _decode_config(D: int, G: int, page: int, X: int, fp8: bool, work: int = 0):
 def default_num_splits(batch: int, num_kv_heads: int, head_tiles: int, max_tokens: int, device) -> int:
     """Split count from shapes only (no host sync).
 
-    About two waves of CTAs (``ceil(2 * SMs / work)``), never fewer than 128
-    tokens per split (``max_tokens`` is the block-table capacity), at most 256.
-    Both H200 runs measured this rule at or above the one-wave rule in every
-    row (32/8 D=128 bs=1 ctx 32k: 48 us against 99 us).
+    About two waves of CTAs (``ceil(2 * SMs / work)``), at most 256, and
+    splits of at least 64 tokens (``max_tokens`` is the block-table capacity),
+    or of at least 32 tokens while that still fills no more than one wave.
+    H200 runs: two waves beat one in every row of the first two
+    (32/8 D=128 bs=1 ctx 32k: 48 us against 99 us); the third (2026-11-29,
+    scripts/gpu/attention_sweep_tiles_splits.py) moved the floor from 128
+    tokens per split down (bs=1 ctx 1k, 4/1 bf16: 7.5 us at 32 splits against
+    12.4 us at 8; ctx 8k: 11.5 us at 128 against 13.7 us at 64).
     """
     work = max(1, batch * num_kv_heads * head_tiles)
-    splits = -(-2 * _sm_count(device) // work)
-    splits = min(splits, max(1, max_tokens // 128), 256)
+    sms = _sm_count(device)
+    floor = max(max_tokens // 64, min(-(-sms // work), max_tokens // 32))
+    splits = min(-(-2 * sms // work), floor, 256)
     return max(1, splits)
 
 

@@ -152,7 +152,11 @@ def _quantize(x, scale, rcp, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr, NATIVE: 
 
 @triton.jit
 def _load_slots(loc_ptr, rows, T, stride_loc, n_slots, LARGE: tl.constexpr):
-    """Slot ids of ``rows``; ``ok`` is False for rows past T and for skipped slots."""
+    """Slot ids of ``rows``: ``in_t`` is False past T, ``ok`` also for skipped slots.
+
+    Inputs are loaded under ``in_t`` (not ``ok``) so that their loads do not wait
+    for ``loc``; only the stores depend on it.
+    """
     in_t = rows < T
     s_raw = tl.load(loc_ptr + rows * stride_loc, mask=in_t, other=-1)
     ok = in_t & (s_raw >= 0) & (s_raw < n_slots)
@@ -160,7 +164,7 @@ def _load_slots(loc_ptr, rows, T, stride_loc, n_slots, LARGE: tl.constexpr):
         s = tl.where(ok, s_raw, 0).to(tl.int64)
     else:
         s = tl.where(ok, s_raw, 0).to(tl.int32)
-    return s, ok
+    return s, ok, in_t
 
 
 @triton.jit
@@ -173,79 +177,94 @@ def _scale_and_rcp(scale, SCALE_PTR: tl.constexpr):
 
 
 @triton.jit
-def _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h0, T, stride_kt, stride_loc, n_slots,
+def _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h0, d0, T, stride_kt, stride_loc, n_slots,
             kc_stride_s, kc_stride_h,
-            H: tl.constexpr, HB: tl.constexpr, DK: tl.constexpr, BLOCK_DK: tl.constexpr,
+            H: tl.constexpr, HB: tl.constexpr, DK: tl.constexpr, BDK: tl.constexpr,
+            D_SPLIT: tl.constexpr,
             PAGE: tl.constexpr, X: tl.constexpr, LAYOUT_5D: tl.constexpr,
             K_SCALE_PTR: tl.constexpr, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr,
             NATIVE: tl.constexpr, LARGE: tl.constexpr):
-    """K rows of HB heads for a window of tokens: contiguous (NHD) or 16-byte vectors (5D)."""
-    s, ok = _load_slots(loc_ptr, rows, T, stride_loc, n_slots, LARGE)
+    """K of HB heads, dims d0 .. d0+BDK, for a window of tokens: contiguous rows
+    (NHD) or 16-byte vectors (5D)."""
+    s, ok, in_t = _load_slots(loc_ptr, rows, T, stride_loc, n_slots, LARGE)
     ks, krcp = _scale_and_rcp(k_scale, K_SCALE_PTR)
     hh = tl.arange(0, HB)
     if LAYOUT_5D:
         # tile (token, head, d // X, d % X): the last axis is one 16-byte vector
-        c = tl.arange(0, BLOCK_DK // X)
+        c = d0 // X + tl.arange(0, BDK // X)
         e = tl.arange(0, X)
-        m = ok[:, None, None, None]
-        if BLOCK_DK != DK:
-            m = m & (c * X < DK)[None, None, :, None]
+        lm = in_t[:, None, None, None]
+        sm = ok[:, None, None, None]
+        if BDK * D_SPLIT != DK:  # padded head dim: mask the dims past DK
+            dm = (c * X < DK)[None, None, :, None]
+            lm = lm & dm
+            sm = sm & dm
         src = (k_ptr + (rows * stride_kt)[:, None, None, None]
                + ((h0 + hh) * DK)[None, :, None, None]
                + (c * X)[None, None, :, None] + e[None, None, None, :])
-        x = tl.load(src, mask=m, other=1.0)
+        x = tl.load(src, mask=lm, other=1.0)
         code = _quantize(x, ks, krcp, FMA_DIV, FNUZ, NATIVE)
         blk = s // PAGE
         base = blk * (H * DK * PAGE) + (s - blk * PAGE) * X
         dst = (kc_ptr + base[:, None, None, None] + ((h0 + hh) * (DK * PAGE))[None, :, None, None]
                + (c * (PAGE * X))[None, None, :, None] + e[None, None, None, :])
-        tl.store(dst, code, mask=m)
+        tl.store(dst, code, mask=sm)
     else:
-        d = tl.arange(0, BLOCK_DK)
-        m = ok[:, None, None]
-        if BLOCK_DK != DK:
-            m = m & (d < DK)[None, None, :]
+        d = d0 + tl.arange(0, BDK)
+        lm = in_t[:, None, None]
+        sm = ok[:, None, None]
+        if BDK * D_SPLIT != DK:
+            dm = (d < DK)[None, None, :]
+            lm = lm & dm
+            sm = sm & dm
         src = (k_ptr + (rows * stride_kt)[:, None, None] + ((h0 + hh) * DK)[None, :, None]
                + d[None, None, :])
-        x = tl.load(src, mask=m, other=1.0)
+        x = tl.load(src, mask=lm, other=1.0)
         code = _quantize(x, ks, krcp, FMA_DIV, FNUZ, NATIVE)
         dst = (kc_ptr + (s * kc_stride_s)[:, None, None] + ((h0 + hh) * kc_stride_h)[None, :, None]
                + d[None, None, :])
-        tl.store(dst, code, mask=m)
+        tl.store(dst, code, mask=sm)
 
 
 @triton.jit
-def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, T, stride_vt, stride_loc, n_slots,
+def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, d0, T, stride_vt, stride_loc, n_slots,
             vc_stride_s, vc_stride_h,
-            H: tl.constexpr, HB: tl.constexpr, DV: tl.constexpr, BLOCK_DV: tl.constexpr,
+            H: tl.constexpr, HB: tl.constexpr, DV: tl.constexpr, BDV: tl.constexpr,
+            D_SPLIT: tl.constexpr,
             PAGE: tl.constexpr, X: tl.constexpr, LAYOUT_5D: tl.constexpr, BLOCK_T: tl.constexpr,
-            V_SCALE_PTR: tl.constexpr, EAGER_V: tl.constexpr, FMA_DIV: tl.constexpr,
-            FNUZ: tl.constexpr, NATIVE: tl.constexpr, LARGE: tl.constexpr):
-    """V rows of HB heads for a window of tokens (5D: whole vectors where groups are complete)."""
-    s, ok = _load_slots(loc_ptr, rows, T, stride_loc, n_slots, LARGE)
+            V_SCALE_PTR: tl.constexpr, GROUPS: tl.constexpr, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr, NATIVE: tl.constexpr,
+            LARGE: tl.constexpr):
+    """V of HB heads, dims d0 .. d0+BDV, for a window of tokens (5D with GROUPS:
+    whole 16-byte vectors where aligned groups of X slots are complete)."""
+    s, ok, in_t = _load_slots(loc_ptr, rows, T, stride_loc, n_slots, LARGE)
     vs, vrcp = _scale_and_rcp(v_scale, V_SCALE_PTR)
     hh = tl.arange(0, HB)
-    d = tl.arange(0, BLOCK_DV)
-    dmask = (d < DV)[None, None, :]
+    d = d0 + tl.arange(0, BDV)
+    lm = in_t[:, None, None]  # loads: rows in range (not waiting for loc)
+    sm = ok[:, None, None]  # stores: addressed slots
+    if BDV * D_SPLIT != DV:  # padded head dim
+        dm = (d < DV)[None, None, :]
+        lm = lm & dm
+        sm = sm & dm
     src_rows = (v_ptr + (rows * stride_vt)[:, None, None] + ((h0 + hh) * DV)[None, :, None]
                 + d[None, None, :])
     if not LAYOUT_5D:
-        m = ok[:, None, None]
-        if BLOCK_DV != DV:
-            m = m & dmask
-        x = tl.load(src_rows, mask=m, other=1.0)
+        x = tl.load(src_rows, mask=lm, other=1.0)
         code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
         dst = (vc_ptr + (s * vc_stride_s)[:, None, None] + ((h0 + hh) * vc_stride_h)[None, :, None]
                + d[None, None, :])
-        tl.store(dst, code, mask=m)
+        tl.store(dst, code, mask=sm)
+    elif not GROUPS:
+        # Every token on its own: one byte per (token, head, d), 16 bytes apart.
+        x = tl.load(src_rows, mask=lm, other=1.0)
+        code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
+        blk = s // PAGE
+        in_page = s - blk * PAGE
+        vbase = blk * (H * DV * PAGE) + (in_page // X) * (DV * X) + (in_page % X)
+        dst = (vc_ptr + vbase[:, None, None] + ((h0 + hh) * (DV * PAGE))[None, :, None]
+               + (d * X)[None, None, :])
+        tl.store(dst, code, mask=sm)
     else:
-        if EAGER_V:
-            # Decode sizes: fetch the window's rows now, in parallel with the
-            # group check below, instead of after it.
-            m = ok[:, None, None]
-            if BLOCK_DV != DV:
-                m = m & dmask
-            x_rows = tl.load(src_rows, mask=m, other=1.0)
         # Which tokens sit in a complete aligned group of X consecutive slots?
         # Token i with slot s and r = s % X belongs to the group that starts at
         # token g = i - r; it is complete when loc[g + j] == s - r + j for all j.
@@ -262,12 +281,9 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, T, stride_vt, stride_loc,
         scattered = ok & (covered == 0)
         if tl.sum(scattered.to(tl.int32), axis=0) > 0:
             m = scattered[:, None, None]
-            if BLOCK_DV != DV:
-                m = m & dmask
-            if EAGER_V:
-                x = x_rows
-            else:
-                x = tl.load(src_rows, mask=m, other=1.0)
+            if BDV * D_SPLIT != DV:
+                m = m & dm
+            x = tl.load(src_rows, mask=m, other=1.0)
             code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
             blk = s // PAGE
             in_page = s - blk * PAGE
@@ -294,7 +310,7 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, T, stride_vt, stride_loc,
             lbase = lblk * (H * DV * PAGE) + ((lslot - lblk * PAGE) // X) * (DV * X)
             # tile (group, head, d, token-in-group)
             m4 = has[:, None, None, None]
-            if BLOCK_DV != DV:
+            if BDV * D_SPLIT != DV:
                 m4 = m4 & (d < DV)[None, None, :, None]
             src = (v_ptr + ((lrow[:, None] + j[None, :]) * stride_vt)[:, None, None, :]
                    + ((h0 + hh) * DV)[None, :, None, None] + d[None, None, :, None])
@@ -327,14 +343,16 @@ def _write_kv_fp8_kernel(
     HB: tl.constexpr,
     DK: tl.constexpr,
     DV: tl.constexpr,
-    BLOCK_DK: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
+    D_SPLIT: tl.constexpr,
+    BDK: tl.constexpr,
+    BDV: tl.constexpr,
     PAGE: tl.constexpr,
     X: tl.constexpr,
     LAYOUT_5D: tl.constexpr,
     BLOCK_T: tl.constexpr,
     SPLIT_KV: tl.constexpr,
-    EAGER_V: tl.constexpr,
+    PART0: tl.constexpr,
+    GROUPS: tl.constexpr,
     K_SCALE_PTR: tl.constexpr,
     V_SCALE_PTR: tl.constexpr,
     FMA_DIV: tl.constexpr,
@@ -342,30 +360,35 @@ def _write_kv_fp8_kernel(
     NATIVE: tl.constexpr,
     LARGE: tl.constexpr,
 ):
-    # grid: (token windows, H // HB head blocks[, 2 when SPLIT_KV: 0 = K, 1 = V])
+    # grid: (token windows, (H // HB) * D_SPLIT, 2 when SPLIT_KV (0 = K, 1 = V) else 1).
+    # PART0 = 1 with one program along axis 2 runs V alone (benchmarks only).
     pid_t = tl.program_id(0)
-    h0 = tl.program_id(1) * HB
+    pid_hd = tl.program_id(1)
+    h0 = (pid_hd // D_SPLIT) * HB
+    dchunk = pid_hd % D_SPLIT
     if LARGE:
         i0 = pid_t.to(tl.int64) * BLOCK_T
     else:
         i0 = pid_t * BLOCK_T
     rows = i0 + tl.arange(0, BLOCK_T)
     if SPLIT_KV:
-        if tl.program_id(2) == 0:
-            _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h0, T, stride_kt, stride_loc,
-                    n_slots, kc_stride_s, kc_stride_h, H, HB, DK, BLOCK_DK, PAGE, X, LAYOUT_5D,
-                    K_SCALE_PTR, FMA_DIV, FNUZ, NATIVE, LARGE)
+        if tl.program_id(2) + PART0 == 0:
+            _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h0, dchunk * BDK, T, stride_kt,
+                    stride_loc, n_slots, kc_stride_s, kc_stride_h, H, HB, DK, BDK, D_SPLIT, PAGE, X,
+                    LAYOUT_5D, K_SCALE_PTR, FMA_DIV, FNUZ, NATIVE, LARGE)
         else:
-            _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, T, stride_vt, stride_loc,
-                    n_slots, vc_stride_s, vc_stride_h, H, HB, DV, BLOCK_DV, PAGE, X, LAYOUT_5D,
-                    BLOCK_T, V_SCALE_PTR, EAGER_V, FMA_DIV, FNUZ, NATIVE, LARGE)
+            _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, dchunk * BDV, T, stride_vt,
+                    stride_loc, n_slots, vc_stride_s, vc_stride_h, H, HB, DV, BDV, D_SPLIT, PAGE, X,
+                    LAYOUT_5D, BLOCK_T, V_SCALE_PTR, GROUPS, FMA_DIV, FNUZ, NATIVE,
+                    LARGE)
     else:
-        _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h0, T, stride_kt, stride_loc,
-                n_slots, kc_stride_s, kc_stride_h, H, HB, DK, BLOCK_DK, PAGE, X, LAYOUT_5D,
-                K_SCALE_PTR, FMA_DIV, FNUZ, NATIVE, LARGE)
-        _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, T, stride_vt, stride_loc,
-                n_slots, vc_stride_s, vc_stride_h, H, HB, DV, BLOCK_DV, PAGE, X, LAYOUT_5D,
-                BLOCK_T, V_SCALE_PTR, EAGER_V, FMA_DIV, FNUZ, NATIVE, LARGE)
+        _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h0, dchunk * BDK, T, stride_kt,
+                stride_loc, n_slots, kc_stride_s, kc_stride_h, H, HB, DK, BDK, D_SPLIT, PAGE, X,
+                LAYOUT_5D, K_SCALE_PTR, FMA_DIV, FNUZ, NATIVE, LARGE)
+        _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, dchunk * BDV, T, stride_vt,
+                stride_loc, n_slots, vc_stride_s, vc_stride_h, H, HB, DV, BDV, D_SPLIT, PAGE, X,
+                LAYOUT_5D, BLOCK_T, V_SCALE_PTR, GROUPS, FMA_DIV, FNUZ, NATIVE,
+                LARGE)
 
 
 # --------------------------------------------------------------------------- #
@@ -558,24 +581,77 @@ def _native_fp8_ok(device: torch.device, fp8_dtype: torch.dtype) -> bool:
     return (major, minor) >= (8, 9)
 
 
+_CONFIG_KEYS = ("block_t", "heads_per_program", "d_split", "split_kv", "num_warps", "groups", "parts")
+
+
+def _heads_per_program(H: int, D: int, elements: int) -> int:
+    """The most heads (a power of two dividing H) whose rows fit in ``elements``."""
+    hb = 1
+    while hb < H and H % (hb * 2) == 0 and (hb * 2) * D <= elements:
+        hb *= 2
+    return hb
+
+
 def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
     """Kernel configuration picked from shapes only (never from loc contents).
 
-    Chosen from an H200 sweep (docs/benchmarks-fp8-write.md): 16-token windows
-    for 5D (32 for NHD at large T), K and V in separate programs, several heads
-    per program when rows are short (fewer programs, the slot checks shared),
-    and for decode sizes the V rows fetched before the group check.
+    Keys: ``block_t`` tokens per program (a power of two; >= 16 with ``groups``),
+    ``heads_per_program``, ``d_split`` programs per head row (each takes
+    1/d_split of the dims), ``split_kv`` (K and V in separate programs),
+    ``num_warps``, ``groups`` (5D V: detect complete aligned groups of 16 slots
+    and store them as whole 16-byte vectors; without it every V byte is stored
+    on its own and the L2 cache merges the bytes of a group), ``parts`` ("kv";
+    "k" or "v" run one half alone, for benchmarks only).
+
+    From two H200 sweeps on 2026-11-29 (docs/benchmarks-fp8-write.md, "Second
+    sweep"): small windows for decode sizes (more programs, each one short);
+    for 5D, V bytes stored one by one except for D <= 128 past 1024 tokens,
+    where the group path wins, and rows of 256 dims split over two programs;
+    for NHD, rows of up to 512 elements per program past 128 tokens.
     """
     D = max(DK, DV)
-    # heads per program: up to 256 elements of each token per program
-    hb = 1
-    while hb < H and H % (hb * 2) == 0 and (hb * 2) * D <= 256:
-        hb *= 2
-    if T <= 2048:
-        return {"block_t": 16, "heads_per_program": hb, "split_kv": True, "num_warps": 4,
-                "eager_v": True}
-    return {"block_t": 16 if layout_5d else 32, "heads_per_program": hb, "split_kv": True,
-            "num_warps": 4, "eager_v": False}
+    cfg = {"block_t": 16, "heads_per_program": 1, "d_split": 1, "split_kv": True,
+           "num_warps": 4, "groups": False, "parts": "kv"}
+    if layout_5d:
+        if T > 1024 and D < 256:
+            cfg.update(groups=True, heads_per_program=_heads_per_program(H, D, 256))
+        else:
+            cfg.update(d_split=max(1, D // 128), block_t=4 if T <= 128 else 16)
+    elif T <= 128:
+        cfg.update(block_t=4)
+    else:
+        hb = _heads_per_program(H, D, 512)
+        block_t = 4 if T <= 2048 else (32 if hb * D >= 512 else 16)
+        cfg.update(block_t=block_t, heads_per_program=hb)
+    return cfg
+
+
+def _resolve_config(plan: "_Plan", override: Optional[dict]) -> dict:
+    """launch_config for the plan's shapes, with ``override`` applied and checked."""
+    cfg = launch_config(plan.T, plan.H, plan.DK, plan.DV, plan.layout_5d)
+    if override:
+        unknown = set(override) - set(_CONFIG_KEYS)
+        if unknown:
+            raise ValueError(f"_config: unknown keys {sorted(unknown)}; known: {list(_CONFIG_KEYS)}")
+        cfg.update(override)
+    groups = bool(cfg["groups"]) and plan.layout_5d
+    bt = cfg["block_t"]
+    if bt < 1 or bt & (bt - 1) or (groups and bt < X_FP8):
+        raise ValueError(
+            f"_config block_t: expected a power of two{f' >= {X_FP8} with groups' if groups else ''}, got {bt}"
+        )
+    hb = cfg["heads_per_program"]
+    if hb < 1 or plan.H % hb or hb & (hb - 1):
+        raise ValueError(f"_config heads_per_program: expected a power of two dividing H={plan.H}, got {hb}")
+    ds = cfg["d_split"]
+    min_chunk = X_FP8 if plan.layout_5d else 1
+    if (ds < 1 or ds & (ds - 1) or triton.next_power_of_2(plan.DK) // ds < min_chunk
+            or triton.next_power_of_2(plan.DV) // ds < min_chunk):
+        raise ValueError(f"_config d_split: expected a power of two leaving >= {min_chunk} dims per program, got {ds}")
+    if cfg["parts"] not in ("kv", "k", "v") or (cfg["parts"] != "kv" and not cfg["split_kv"]):
+        raise ValueError(f"_config parts: expected 'kv', or 'k' / 'v' with split_kv, got {cfg['parts']!r}")
+    cfg["groups"] = groups
+    return cfg
 
 
 def write_kv_fp8(
@@ -589,11 +665,7 @@ def write_kv_fp8(
     *,
     fp8_dtype: Optional[torch.dtype] = None,
     _encoder: str = "auto",
-    _block_tokens: Optional[int] = None,
-    _num_warps: Optional[int] = None,
-    _split_kv: Optional[bool] = None,
-    _heads_per_program: Optional[int] = None,
-    _eager_v: Optional[bool] = None,
+    _config: Optional[dict] = None,
 ) -> None:
     """Quantize ``k`` / ``v`` to FP8 and write them into one layer's caches, in one launch.
 
@@ -610,7 +682,8 @@ def write_kv_fp8(
         fp8_dtype: the FP8 format of uint8 caches (checked against typed caches).
 
     Raises TypeError / ValueError, before writing anything, on bad arguments.
-    The underscore arguments are for tests and benchmarks.
+    The underscore arguments are for tests and benchmarks (``_config``
+    overrides keys of ``launch_config``).
     """
     plan = _plan(k, v, k_cache, v_cache, loc, fp8_dtype)
     device = k_cache.device
@@ -631,10 +704,8 @@ def write_kv_fp8(
         raise ValueError(f"_encoder: expected 'auto', 'native' or 'bits', got {_encoder!r}")
 
     T, H, DK, DV = plan.T, plan.H, plan.DK, plan.DV
-    cfg = launch_config(T, H, DK, DV, plan.layout_5d)
-    block_t = _block_tokens or cfg["block_t"]
-    if block_t < X_FP8 or block_t & (block_t - 1):
-        raise ValueError(f"_block_tokens: expected a power of two >= {X_FP8}, got {block_t}")
+    cfg = _resolve_config(plan, _config)
+    block_t, hb, ds, split = cfg["block_t"], cfg["heads_per_program"], cfg["d_split"], cfg["split_kv"]
     kc, vc = plan.kc_bytes, plan.vc_bytes
     if plan.layout_5d:
         kc_s = kc_h = vc_s = vc_h = 0
@@ -650,13 +721,8 @@ def write_kv_fp8(
         (T + block_t + X_FP8) * loc.stride(0),
     )
     large = biggest > _INT32_LIMIT
-    split = _split_kv if _split_kv is not None else cfg["split_kv"]
-    hb = _heads_per_program or cfg["heads_per_program"]
-    if hb < 1 or H % hb or hb & (hb - 1):
-        raise ValueError(f"_heads_per_program: expected a power of two dividing H={H}, got {hb}")
-    eager_v = cfg["eager_v"] if _eager_v is None else _eager_v
-    grid = (triton.cdiv(T, block_t), H // hb, 2 if split else 1)
-    kwargs = {"num_warps": _num_warps or cfg["num_warps"]}
+    grid = (triton.cdiv(T, block_t), (H // hb) * ds, 2 if split and cfg["parts"] == "kv" else 1)
+    kwargs = {"num_warps": cfg["num_warps"]}
     _write_kv_fp8_kernel[grid](
         k,
         v,
@@ -678,14 +744,16 @@ def write_kv_fp8(
         HB=hb,
         DK=DK,
         DV=DV,
-        BLOCK_DK=triton.next_power_of_2(DK),
-        BLOCK_DV=triton.next_power_of_2(DV),
+        D_SPLIT=ds,
+        BDK=triton.next_power_of_2(DK) // ds,
+        BDV=triton.next_power_of_2(DV) // ds,
         PAGE=plan.page,
         X=X_FP8,
         LAYOUT_5D=plan.layout_5d,
         BLOCK_T=block_t,
         SPLIT_KV=split,
-        EAGER_V=eager_v,
+        PART0=1 if cfg["parts"] == "v" else 0,
+        GROUPS=cfg["groups"],
         K_SCALE_PTR=ks_ptr,
         V_SCALE_PTR=vs_ptr,
         FMA_DIV=not _interpreting(),

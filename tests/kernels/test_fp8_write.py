@@ -188,21 +188,62 @@ def test_write_matches_references(case):
                      pass_dtype=None if typed else fp8_dtype)
 
 
-@pytest.mark.parametrize("block_tokens,split,hb,eager", [(16, True, 1, True), (32, False, 2, False),
-                                                         (64, True, 2, True), (16, True, 2, False)])
+CONFIGS = [
+    # the V group detection for windows of 1, 2 and 4 groups, K/V split or not,
+    # one or two heads per program, head rows split over programs
+    dict(groups=True, block_t=16, split_kv=True, heads_per_program=1),
+    dict(groups=True, block_t=32, split_kv=False, heads_per_program=2),
+    dict(groups=True, block_t=64, split_kv=True, heads_per_program=2),
+    dict(groups=True, block_t=16, split_kv=True, heads_per_program=2, d_split=2),
+    dict(groups=True, block_t=32, split_kv=False, heads_per_program=1, d_split=2),
+    # every V byte stored on its own, windows of 1 .. 16 tokens
+    dict(groups=False, block_t=1, split_kv=True, heads_per_program=1),
+    dict(groups=False, block_t=4, split_kv=False, heads_per_program=2),
+    dict(groups=False, block_t=8, split_kv=True, heads_per_program=2, d_split=2),
+    dict(groups=False, block_t=16, split_kv=True, heads_per_program=1, d_split=2),
+]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "-".join(f"{k}{int(v)}" for k, v in c.items()))
 @pytest.mark.parametrize("kind", ["runs", "tricky", "mixed"])
-def test_v_groups_and_scatter_agree_for_any_window(block_tokens, split, hb, eager, kind):
-    """The in-kernel group detection, for windows of 1, 2 and 4 groups, K/V split or not,
-    one or two heads per program, V rows fetched before or after the check."""
-    g = _gen(block_tokens * 7 + len(kind) + hb)
-    H, D, page, n_blocks, T = 2, 16, 32, 10, 100
+def test_every_launch_configuration_writes_the_same_bytes(cfg, kind):
+    g = _gen(cfg["block_t"] * 7 + len(kind) + cfg["heads_per_program"] + 3 * cfg.get("d_split", 1))
+    H, D, page, n_blocks, T = 2, 32, 32, 10, 100
     k = ref.make_input(T, H, D, torch.bfloat16, gen=g, token_pad=16)
     v = ref.make_input(T, H, D, torch.bfloat16, gen=g, token_pad=16)
     kc, vc = ref.make_caches("5d", n_blocks, page, H, D, D, gen=g)
     loc = ref.loc_pattern(kind, T, n_blocks * page, page, gen=g)
-    _write_and_check(k, v, kc, vc, loc, 0.5, 0.75, FN, "5d", pass_dtype=FN,
-                     _block_tokens=block_tokens, _split_kv=split, _heads_per_program=hb,
-                     _eager_v=eager)
+    _write_and_check(k, v, kc, vc, loc, 0.5, 0.75, FN, "5d", pass_dtype=FN, _config=cfg)
+
+
+@pytest.mark.parametrize("cfg", [dict(block_t=2, heads_per_program=1, d_split=4),
+                                 dict(block_t=8, heads_per_program=2, split_kv=False)])
+def test_nhd_launch_configurations_with_padded_dims(cfg):
+    g = _gen(41 + cfg["block_t"])
+    H, DK, DV, T = 2, 40, 24, 37
+    k = ref.make_input(T, H, DK, torch.float16, gen=g, token_pad=8)
+    v = ref.make_input(T, H, DV, torch.float16, gen=g)
+    kc, vc = ref.make_caches("nhd", 8, 16, H, DK, DV, gen=g, typed=FNUZ)
+    loc = ref.loc_pattern("mixed", T, 8 * 16, 16, gen=g)
+    _write_and_check(k, v, kc, vc, loc, 0.8, torch.tensor([1.3]), FNUZ, "nhd", _config=cfg)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(groups=True, block_t=8), "block_t"),  # groups need whole groups per window
+    (dict(block_t=3, groups=False), "block_t"),
+    (dict(heads_per_program=3), "heads_per_program"),
+    (dict(d_split=4), "d_split"),  # 32 dims / 4 < one 16-byte vector
+    (dict(parts="k", split_kv=False), "parts"),
+    (dict(windows=4), "unknown"),
+])
+def test_bad_private_config_raises_before_writing(bad, match):
+    g = _gen(43)
+    kc, vc = ref.make_caches("5d", 2, 16, 2, 32, 32, gen=g, typed=FN)
+    kc0, vc0 = kc.view(torch.uint8).clone(), vc.view(torch.uint8).clone()
+    k = ref.make_input(20, 2, 32, torch.bfloat16, gen=g)
+    with pytest.raises(ValueError, match=match):
+        fw.write_kv_fp8(k, k, kc, vc, torch.arange(20), 1.0, 1.0, _config=bad)
+    assert torch.equal(kc.view(torch.uint8), kc0) and torch.equal(vc.view(torch.uint8), vc0)
 
 
 @pytest.mark.parametrize("offset", [0, 3, 15, 16, 17])
