@@ -124,4 +124,22 @@ if which in ("large", "all"):
         cfgs = large_configs(H, D)
         for T in (4096, 32768):
             sweep(H, D, T, "runs", cfgs)
+if which == "third":
+    # 5D rows still behind the NHD peer: heads per program with V bytes stored
+    # one by one, the group path with one head, decode windows below 4 tokens
+    for H, D in ((2, 256), (8, 128)):
+        big = [("5d", None), ("5d", dict(groups=False, heads_per_program=2, d_split=2)),
+               ("5d", dict(groups=False, heads_per_program=2, d_split=1)),
+               ("5d", dict(groups=False, heads_per_program=1, d_split=2, block_t=32)),
+               ("5d", dict(groups=True, heads_per_program=1, d_split=1)),
+               ("5d", dict(groups=True, heads_per_program=1, d_split=2)),
+               ("5d", dict(groups=True, heads_per_program=2, d_split=2))]
+        for T in (4096, 32768):
+            sweep(H, D, T, "runs", big)
+        small = [("5d", None)] + [("5d", dict(groups=False, block_t=bt, heads_per_program=1, d_split=ds,
+                                               num_warps=nw))
+                                  for bt in (1, 2, 4) for ds in (1, 2, 4) for nw in (1, 2, 4)
+                                  if (D // ds) >= 32]
+        for T, slots in ((16, "decode"), (128, "decode"), (1024, "runs")):
+            sweep(H, D, T, slots, small)
 print(f"done in {time.time() - t0:.0f}s", flush=True)
