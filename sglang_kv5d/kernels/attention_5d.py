@@ -182,15 +182,8 @@ def _load_kv_tile(
         if FP8_MODE > 0:
             k3 = _fp8_to_f16(k3, FP8_MODE)
             v3 = _fp8_to_f16(v3, FP8_MODE)
-        if LOAD3D == 2:
-            # Keep each 16-byte vector whole: move only the outer axes
-            # ([C, N, X] -> [N, C, X] = [N, D]; [TC, D, X] -> [D, TC, X] = [D, N])
-            # and hand the dot transposed operands.
-            k = tl.trans(tl.reshape(tl.permute(k3.to(COMPUTE), (1, 0, 2)), (BLOCK_N, BLOCK_D)))
-            v = tl.trans(tl.reshape(tl.permute(v3.to(COMPUTE), (1, 0, 2)), (BLOCK_D, BLOCK_N)))
-        else:
-            k = tl.reshape(tl.permute(k3.to(COMPUTE), (0, 2, 1)), (BLOCK_D, BLOCK_N))
-            v = tl.reshape(tl.permute(v3.to(COMPUTE), (0, 2, 1)), (BLOCK_N, BLOCK_D))
+        k = tl.reshape(tl.permute(k3.to(COMPUTE), (0, 2, 1)), (BLOCK_D, BLOCK_N))
+        v = tl.reshape(tl.permute(v3.to(COMPUTE), (0, 2, 1)), (BLOCK_N, BLOCK_D))
     else:
         k_dpart = (offs_d[:, None] // X) * stride_kc + (offs_d[:, None] % X)
         v_dpart = offs_d[None, :] * X
@@ -935,7 +928,7 @@ def decode_attention_5d(
         DIRECT=direct,
         COMPUTE=cdt,
         NUM_STAGES=num_stages,
-        LOAD3D=int(load3d),
+        LOAD3D=bool(load3d),
         USE_PDL=pdl,
         num_warps=num_warps,
     )
