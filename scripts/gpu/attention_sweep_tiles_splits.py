@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Sweep decode tile configs and split counts together, with the peer in the same run.
 
-    python scripts/gpu/attention_sweep_tiles_splits.py OUT.json [budget_s] [load2d|vectors]
+    python scripts/gpu/attention_sweep_tiles_splits.py OUT.json [budget_s] [load2d]
 
 Rows: the shapes still below a target in docs/benchmarks.md (bf16 D=256 at
 bs >= 32; bs = 1 rows against the 3x-peer target). For each shape: SGLang's
@@ -49,15 +49,6 @@ def main() -> int:
         bf16_256 = [(32, 1024, 16, 2, "bf16"), (32, 8192, 4, 1, "bf16"), (32, 8192, 16, 2, "bf16"),
                     (128, 8192, 16, 2, "bf16"), (128, 1024, 4, 1, "bf16")]
         bs1 = [(1, 8192, 4, 1, "bf16"), (1, 8192, 16, 2, "fp8_e4m3fn")]
-    if len(sys.argv) > 3 and sys.argv[3] == "vectors":
-        # third pass: LOAD3D = 2 (16-byte vectors kept whole, transposed dot
-        # operands) against the shipped permute of the vector axis
-        configs = [None, (32, 16, 4, 3, 2), (32, 16, 4, 2, 2), (64, 16, 4, 3, 2), (64, 16, 4, 2, 2),
-                   (16, 16, 4, 3, 2)]
-        bf16_256 = [(32, 1024, 16, 2, "bf16"), (32, 8192, 4, 1, "bf16"), (32, 8192, 16, 2, "bf16"),
-                    (128, 8192, 16, 2, "bf16"), (128, 1024, 4, 1, "bf16"), (32, 32768, 4, 1, "bf16"),
-                    (32, 8192, 4, 1, "fp8_e4m3fn"), (128, 8192, 16, 2, "fp8_e4m3fn")]
-        bs1 = [(1, 8192, 4, 1, "bf16"), (1, 8192, 16, 2, "fp8_e4m3fn"), (1, 1024, 4, 1, "bf16")]
 
     def save():
         with open(out_path, "w") as f:
