@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Sweep decode tile configs and split counts together, with the peer in the same run.
 
-    python scripts/gpu/attention_sweep_tiles_splits.py OUT.json [budget_s] [load2d|peel]
+    python scripts/gpu/attention_sweep_tiles_splits.py OUT.json [budget_s] [load2d]
 
 Rows: the shapes still below a target in docs/benchmarks.md (bf16 D=256 at
 bs >= 32; bs = 1 rows against the 3x-peer target). For each shape: SGLang's
@@ -49,11 +49,6 @@ def main() -> int:
         bf16_256 = [(32, 1024, 16, 2, "bf16"), (32, 8192, 4, 1, "bf16"), (32, 8192, 16, 2, "bf16"),
                     (128, 8192, 16, 2, "bf16"), (128, 1024, 4, 1, "bf16")]
         bs1 = [(1, 8192, 4, 1, "bf16"), (1, 8192, 16, 2, "fp8_e4m3fn")]
-    ab_peel = len(sys.argv) > 3 and sys.argv[3] == "peel"
-    if ab_peel:
-        # A/B at the default tiles and splits: one loop over every tile (the
-        # default since 2026-11-29) against the last partial tile peeled off
-        bf16_256 = bf16_256 + [(bs, ctx, hq, hkv, "fp8_e4m3fn") for bs, ctx, hq, hkv, _ in bf16_256]
 
     def save():
         with open(out_path, "w") as f:
@@ -84,14 +79,9 @@ def main() -> int:
         del k_nhd, v_nhd, indices
         res["rows"].append(dict(shape=shape, who="peer", us=peer_best[0], splits=peer_best[1]))
         d = default_num_splits(bs, hkv, 1, case["bt"].shape[1] * 64, dev)
-        if ab_peel:
-            tiles = _decode_config(256, hq // hkv, 64, 16 if kv != "bf16" else 8, kv != "bf16", work=bs * hkv)
-            configs = [tiles + (False,), tiles + (True,)]
         # split counts up to about 8 waves of CTAs and at least 32 tokens per split
         cap = min(max(1, ctx // 32), max(1, 8 * 132 // (bs * hkv)))
         cands = sorted({s for s in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256) if s <= cap} | {d})
-        if ab_peel:
-            cands = [d]
         best = None
         for cfg in configs:
             for s in cands:

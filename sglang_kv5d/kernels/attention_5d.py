@@ -134,15 +134,11 @@ def _load_kv_tile(
     LOAD3D: tl.constexpr,
     FP8_MODE: tl.constexpr,
     COMPUTE: tl.constexpr,
-    MASK_TOK: tl.constexpr = False,
 ):
     """K^T tile ``[BLOCK_D, BLOCK_N]`` and V tile ``[BLOCK_N, BLOCK_D]`` for tokens
     ``n0 .. n0 + BLOCK_N - 1`` of one sequence / KV head, in COMPUTE dtype.
 
-    With ``MASK_TOK`` K of tokens past ``ctx`` and V of X-token groups past
-    ``ctx`` are not read (values undefined). Without it tokens past ``ctx``
-    read their page (or block 0) as stored (in bounds, values garbage).
-    Either way callers mask those scores and zero those V rows.
+    Tokens past ``ctx`` read block 0 (in bounds, values garbage): callers mask them.
     ``n0`` is a multiple of BLOCK_N (a multiple of X), so every X-group of tokens
     lies in one page at consecutive offsets.
     """
@@ -177,17 +173,7 @@ def _load_kv_tile(
                 + (blkg * stride_vb + ((tokg % PAGE) // X) * stride_vc)[:, None, None]
                 + v_off
             )
-        if MASK_TOK:
-            # V per X-token group (one 16-byte vector): tokens past ctx inside
-            # the last group load as stored; callers zero them (MASK_V).
-            km = ((n0 + offs_n) < ctx)[None, :, None]
-            vm = ((n0 + otc * X) < ctx)[:, None, None]
-            if BLOCK_D != D:
-                km = km & (oc < D // X)[:, None, None]
-                vm = vm & (offs_d < D)[None, :, None]
-            k3 = tl.load(k_ptrs, mask=km)
-            v3 = tl.load(v_ptrs, mask=vm)
-        elif BLOCK_D == D:
+        if BLOCK_D == D:
             k3 = tl.load(k_ptrs)
             v3 = tl.load(v_ptrs)
         else:
@@ -220,15 +206,7 @@ def _load_kv_tile(
             v_ptrs = (
                 v_head + (blk * stride_vb + (t // X) * stride_vc + (t % X))[:, None] + v_dpart
             )
-        if MASK_TOK:
-            km = ((n0 + offs_n) < ctx)[None, :]
-            vm = ((n0 + (offs_n // X) * X) < ctx)[:, None]
-            if BLOCK_D != D:
-                km = km & (offs_d < D)[:, None]
-                vm = vm & (offs_d < D)[None, :]
-            k = tl.load(k_ptrs, mask=km)
-            v = tl.load(v_ptrs, mask=vm)
-        elif BLOCK_D == D:
+        if BLOCK_D == D:
             k = tl.load(k_ptrs)
             v = tl.load(v_ptrs)
         else:
@@ -324,7 +302,6 @@ def _decode_5d_kernel(
     NUM_STAGES: tl.constexpr,
     LOAD3D: tl.constexpr,
     USE_PDL: tl.constexpr,
-    PEEL: tl.constexpr,
 ):
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -370,41 +347,27 @@ def _decode_5d_kernel(
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
 
-    if PEEL:
-        # Tiles entirely inside the context need no masking (their slots hold
-        # written data); only the sequence's last, partial tile does, so it is
-        # peeled off.
-        full_end = tl.minimum(end, (ctx // BLOCK_N) * BLOCK_N)
-        for n0 in tl.range(start, full_end, BLOCK_N, num_stages=NUM_STAGES):
-            k, v = _load_kv_tile(
-                k_head, v_head, bt_row, n0, ctx, stride_kb, stride_kc, stride_vb, stride_vc,
-                D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE,
-            )
-            m_i, l_i, acc = _softmax_step(
-                q, k, v, m_i, l_i, acc, n0 + offs_n >= lo, qk_scale, logit_cap, HAS_CAP, HAS_WINDOW, False
-            )
-        tail = tl.maximum(full_end, start)
-        if tail < end:
-            tok = tail + offs_n
-            k, v = _load_kv_tile(
-                k_head, v_head, bt_row, tail, ctx, stride_kb, stride_kc, stride_vb, stride_vc,
-                D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE,
-            )
-            m_i, l_i, acc = _softmax_step(
-                q, k, v, m_i, l_i, acc, (tok < ctx) & (tok >= lo), qk_scale, logit_cap, HAS_CAP, True, True
-            )
-    else:
-        # One loop (one code path keeps registers low): tokens past the
-        # context get -inf scores and zeroed V rows (0 * stale NaN is NaN).
-        for n0 in tl.range(start, end, BLOCK_N, num_stages=NUM_STAGES):
-            k, v = _load_kv_tile(
-                k_head, v_head, bt_row, n0, ctx, stride_kb, stride_kc, stride_vb, stride_vc,
-                D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE, True,
-            )
-            tok = n0 + offs_n
-            m_i, l_i, acc = _softmax_step(
-                q, k, v, m_i, l_i, acc, (tok < ctx) & (tok >= lo), qk_scale, logit_cap, HAS_CAP, True, True
-            )
+    # Tiles entirely inside the context need no V masking (their slots hold written
+    # data); only the sequence's last, partial tile does, so it is peeled off.
+    full_end = tl.minimum(end, (ctx // BLOCK_N) * BLOCK_N)
+    for n0 in tl.range(start, full_end, BLOCK_N, num_stages=NUM_STAGES):
+        k, v = _load_kv_tile(
+            k_head, v_head, bt_row, n0, ctx, stride_kb, stride_kc, stride_vb, stride_vc,
+            D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE,
+        )
+        m_i, l_i, acc = _softmax_step(
+            q, k, v, m_i, l_i, acc, n0 + offs_n >= lo, qk_scale, logit_cap, HAS_CAP, HAS_WINDOW, False
+        )
+    tail = tl.maximum(full_end, start)
+    if tail < end:
+        tok = tail + offs_n
+        k, v = _load_kv_tile(
+            k_head, v_head, bt_row, tail, ctx, stride_kb, stride_kc, stride_vb, stride_vc,
+            D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE,
+        )
+        m_i, l_i, acc = _softmax_step(
+            q, k, v, m_i, l_i, acc, (tok < ctx) & (tok >= lo), qk_scale, logit_cap, HAS_CAP, True, True
+        )
 
     if DIRECT:
         if HAS_SINK:
@@ -880,10 +843,7 @@ def decode_attention_5d(
 
     if _config is None:
         _config = _decode_config(D, G, page, X, fp8_mode > 0, work=B * H_kv)
-    block_n, block_h, num_warps, num_stages, load3d = _config[:5]
-    # A 6th element (tests, sweeps) peels the last partial tile off the loop
-    # (the layout before 2026-11-29; one loop keeps fewer registers live).
-    peel = bool(_config[5]) if len(_config) > 5 else False
+    block_n, block_h, num_warps, num_stages, load3d = _config
     head_tiles = -(-G // block_h)
     if num_splits is None:
         num_splits = default_num_splits(
@@ -970,7 +930,6 @@ def decode_attention_5d(
         NUM_STAGES=num_stages,
         LOAD3D=bool(load3d),
         USE_PDL=pdl,
-        PEEL=peel,
         num_warps=num_warps,
     )
     if not direct:
