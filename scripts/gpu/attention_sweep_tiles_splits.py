@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Sweep decode tile configs and split counts together, with the peer in the same run.
 
-    python scripts/gpu/attention_sweep_tiles_splits.py OUT.json [budget_s] [load2d|load]
+    python scripts/gpu/attention_sweep_tiles_splits.py OUT.json [budget_s] [load2d]
 
 Rows: the shapes still below a target in docs/benchmarks.md (bf16 D=256 at
 bs >= 32; bs = 1 rows against the 3x-peer target). For each shape: SGLang's
@@ -49,35 +49,24 @@ def main() -> int:
         bf16_256 = [(32, 1024, 16, 2, "bf16"), (32, 8192, 4, 1, "bf16"), (32, 8192, 16, 2, "bf16"),
                     (128, 8192, 16, 2, "bf16"), (128, 1024, 4, 1, "bf16")]
         bs1 = [(1, 8192, 4, 1, "bf16"), (1, 8192, 16, 2, "fp8_e4m3fn")]
-    ab_load = len(sys.argv) > 3 and sys.argv[3] == "load"
-    if ab_load:
-        # A/B at the default tiles and splits: LOAD3D = 1 (K and V loaded in
-        # memory order, both permuted) against 2 (V loaded in the dot's order)
-        bf16_256 = [(bs, ctx, hq, hkv, kv) for bs in (32, 128) for ctx in (1024, 8192, 32768)
-                    for hq, hkv in ((4, 1), (16, 2)) for kv in ("bf16", "fp8_e4m3fn")]
-        bf16_256 += [(bs, ctx, 32, 8, kv, 128) for bs in (1, 32, 128) for ctx in (1024, 8192, 32768)
-                     for kv in ("bf16", "fp8_e4m3fn")]
-        bs1 = [(1, ctx, hq, hkv, kv) for ctx in (1024, 8192, 32768) for hq, hkv in ((4, 1), (16, 2))
-               for kv in ("bf16", "fp8_e4m3fn")]
 
     def save():
         with open(out_path, "w") as f:
             json.dump(res, f, indent=1)
 
-    for bs, ctx, hq, hkv, kv, *rest in bf16_256 + bs1:
+    for bs, ctx, hq, hkv, kv in bf16_256 + bs1:
         if time.time() - t0 > budget:
             break
-        D = rest[0] if rest else 256
-        case = build_case(bs, ctx, hq, hkv, D, kv, "cuda")
-        nbytes = _kv_bytes(bs, ctx, hq, hkv, D, 1 if kv.startswith("fp8") else 2)
+        case = build_case(bs, ctx, hq, hkv, 256, kv, "cuda")
+        nbytes = _kv_bytes(bs, ctx, hq, hkv, 256, 1 if kv.startswith("fp8") else 2)
         q, out = case["q"], torch.empty_like(case["q"])
-        shape = [bs, ctx, hq, hkv, kv, D]
-        sm_scale = 1 / math.sqrt(D)
+        shape = [bs, ctx, hq, hkv, kv]
+        sm_scale = 1 / math.sqrt(256)
         # the peer at its best split count
         k_nhd, v_nhd, indptr, indices = nhd_for_peer(case)
         peer_best = None
         for s in PEER_SPLITS:
-            if s > max(1, ctx // 64) or (ab_load and peer_best is not None):
+            if s > max(1, ctx // 64):
                 continue
             try:
                 us = graph_replay_median_us(peer_call(peer, q, k_nhd, v_nhd, indptr, indices, out, s, sm_scale),
@@ -90,14 +79,9 @@ def main() -> int:
         del k_nhd, v_nhd, indices
         res["rows"].append(dict(shape=shape, who="peer", us=peer_best[0], splits=peer_best[1]))
         d = default_num_splits(bs, hkv, 1, case["bt"].shape[1] * 64, dev)
-        if ab_load:
-            tiles = _decode_config(D, hq // hkv, 64, 16 if kv != "bf16" else 8, kv != "bf16", work=bs * hkv)[:4]
-            configs = [tiles + (1,), tiles + (2,)]
         # split counts up to about 8 waves of CTAs and at least 32 tokens per split
         cap = min(max(1, ctx // 32), max(1, 8 * 132 // (bs * hkv)))
         cands = sorted({s for s in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256) if s <= cap} | {d})
-        if ab_load:
-            cands = [d]
         best = None
         for cfg in configs:
             for s in cands:
@@ -118,7 +102,7 @@ def main() -> int:
                 res["rows"].append(row)
                 if best is None or us < best["us"]:
                     best = row
-        print("shape", shape, "default", _decode_config(D, hq // hkv, 64, 16 if kv != "bf16" else 8,
+        print("shape", shape, "default", _decode_config(256, hq // hkv, 64, 16 if kv != "bf16" else 8,
                                                         kv != "bf16", work=bs * hkv),
               "splits", d, "peer", peer_best, "best", best and (best["config"], best["splits"], round(best["us"], 2),
                                                                  round(best["vs_peer"], 3)),

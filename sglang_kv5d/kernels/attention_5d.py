@@ -175,37 +175,15 @@ def _load_kv_tile(
             )
         if BLOCK_D == D:
             k3 = tl.load(k_ptrs)
+            v3 = tl.load(v_ptrs)
         else:
             k3 = tl.load(k_ptrs, mask=(oc < D // X)[:, None, None], other=0)
+            v3 = tl.load(v_ptrs, mask=(offs_d < D)[None, :, None], other=0)
         if FP8_MODE > 0:
             k3 = _fp8_to_f16(k3, FP8_MODE)
+            v3 = _fp8_to_f16(v3, FP8_MODE)
         k = tl.reshape(tl.permute(k3.to(COMPUTE), (0, 2, 1)), (BLOCK_D, BLOCK_N))
-        if LOAD3D == 2:
-            # V straight in the dot's [N, D] order: X consecutive tokens of one
-            # dim are one 16-byte vector, so the tile is already "K-major"
-            # for the P @ V operand and needs no permute.
-            if PAGE_ALIGNED:
-                v_ptrs = (v_head + blk * stride_vb + (t0 // X) * stride_vc
-                          + ((offs_n // X) * stride_vc + offs_n % X)[:, None] + offs_d[None, :] * X)
-            else:
-                t = tok % PAGE
-                v_ptrs = (v_head + (blk * stride_vb + (t // X) * stride_vc + t % X)[:, None]
-                          + offs_d[None, :] * X)
-            if BLOCK_D == D:
-                v = tl.load(v_ptrs)
-            else:
-                v = tl.load(v_ptrs, mask=(offs_d < D)[None, :], other=0)
-            if FP8_MODE > 0:
-                v = _fp8_to_f16(v, FP8_MODE)
-            v = v.to(COMPUTE)
-        else:
-            if BLOCK_D == D:
-                v3 = tl.load(v_ptrs)
-            else:
-                v3 = tl.load(v_ptrs, mask=(offs_d < D)[None, :, None], other=0)
-            if FP8_MODE > 0:
-                v3 = _fp8_to_f16(v3, FP8_MODE)
-            v = tl.reshape(tl.permute(v3.to(COMPUTE), (0, 2, 1)), (BLOCK_N, BLOCK_D))
+        v = tl.reshape(tl.permute(v3.to(COMPUTE), (0, 2, 1)), (BLOCK_N, BLOCK_D))
     else:
         k_dpart = (offs_d[:, None] // X) * stride_kc + (offs_d[:, None] % X)
         v_dpart = offs_d[None, :] * X
@@ -779,9 +757,7 @@ def _decode_config(D: int, G: int, page: int, X: int, fp8: bool, work: int = 0):
     if page % block_n:
         block_n = 16 if page % 16 == 0 and page < block_n else block_n
     num_warps = 8 if block_h >= 64 and BD >= 256 else 4
-    # LOAD3D = 2: K in memory order then permuted, V loaded straight in the
-    # P @ V operand's order (no permute, no second trip through shared memory)
-    return block_n, block_h, num_warps, num_stages, 2
+    return block_n, block_h, num_warps, num_stages, True
 
 
 def default_num_splits(batch: int, num_kv_heads: int, head_tiles: int, max_tokens: int, device) -> int:
@@ -952,7 +928,7 @@ def decode_attention_5d(
         DIRECT=direct,
         COMPUTE=cdt,
         NUM_STAGES=num_stages,
-        LOAD3D=int(load3d),
+        LOAD3D=bool(load3d),
         USE_PDL=pdl,
         num_warps=num_warps,
     )
