@@ -23,20 +23,29 @@ Cache layouts (read from ranks and shapes; X = 16 for fp8):
 with ``K5d[b, h, d//X, t, d%X] = K[b*page+t, h, d]`` and
 ``V5d[b, h, t//X, d, t%X] = V[b*page+t, h, d]``.
 
-How the kernel is organised. The grid is (token windows, head blocks, {K, V}).
-Every program reads ``loc`` for its window. K rows (and NHD V rows) are written
-per token: one token's head row is contiguous (NHD) or made of 16-byte vectors
-(5D K). A 5D V row is not: one token owns one byte of every 16-byte vector, so
-writing tokens one by one scatters single bytes. Prefill writes, though, come
-in runs of consecutive slots, so the V program checks *in the kernel* (no host
-sync, CUDA-graph safe) which tokens belong to a complete aligned group (X
-consecutive tokens whose slots are consecutive and start at a multiple of X).
-The program that owns the first token of such a group writes the whole group as
-whole 16-byte vectors (a (D_v, X) tile per head, contiguous in the cache);
-tokens outside complete groups (decode, run edges) are written byte by byte.
-At most one group starts in any X consecutive tokens, so a window of G*X
-tokens has at most G. The launch configuration (window, heads per program,
-warps) is picked on the host from shapes only.
+How the kernel is organised. The grid is (token windows, head blocks x row
+chunks, {K, V}). Every program reads ``loc`` for its window; inputs are loaded
+under the row mask only, so their loads do not wait for ``loc`` (only the
+stores do). K rows (and NHD V rows) are written per token: one token's head row
+is contiguous (NHD) or made of 16-byte vectors (5D K). A 5D V row is not: one
+token owns one byte of every 16-byte vector. Two ways to write it:
+
+* bytes one by one (``groups`` off): each token stores its bytes; when a
+  prefill run fills a group of 16 slots, the L2 cache merges the 16 bytes of
+  each vector before they reach memory. Used for decode sizes, for all of
+  D = 256, and for D <= 128 up to 1024 tokens.
+* whole vectors (``groups`` on): the V program checks *in the kernel* (no host
+  sync, CUDA-graph safe) which tokens belong to a complete aligned group (X
+  consecutive tokens whose slots are consecutive and start at a multiple of X).
+  The program that owns the first token of such a group writes the whole group
+  as whole 16-byte vectors (a (D_v, X) tile per head, contiguous in the cache);
+  tokens outside complete groups (decode, run edges) are written byte by byte.
+  At most one group starts in any X consecutive tokens, so a window of G*X
+  tokens has at most G. Used for D <= 128 past 1024 tokens.
+
+The launch configuration (window, heads per program, row chunks, groups) is
+picked on the host from shapes only (``launch_config``; H200 sweeps in
+docs/benchmarks-fp8-write.md).
 
 Division. On the GPU the quotient is computed as ``x * RN(1/s)`` followed by
 two FMA residual corrections, which is the correctly rounded ``x / s``
