@@ -236,6 +236,25 @@ def _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h0, d0, T, stride_kt, stride_
 
 
 @triton.jit
+def _store_v_bytes(src, vc_ptr, s, heads, d, vs, vrcp, load_mask, store_mask,
+                   H: tl.constexpr, DV: tl.constexpr, PAGE: tl.constexpr, X: tl.constexpr,
+                   FMA_DIV: tl.constexpr, FNUZ: tl.constexpr, NATIVE: tl.constexpr):
+    """5D V, token by token: one byte per (token, head, d), 16 bytes apart.
+
+    ``src`` (tokens, heads, d) input pointers; ``s`` the tokens' slots;
+    ``heads`` (HB,) head ids; ``d`` (BDV,) dims.
+    """
+    x = tl.load(src, mask=load_mask, other=1.0)
+    code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
+    blk = s // PAGE
+    in_page = s - blk * PAGE
+    vbase = blk * (H * DV * PAGE) + (in_page // X) * (DV * X) + (in_page % X)
+    dst = (vc_ptr + vbase[:, None, None] + (heads * (DV * PAGE))[None, :, None]
+           + (d * X)[None, None, :])
+    tl.store(dst, code, mask=store_mask)
+
+
+@triton.jit
 def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, d0, T, stride_vt, stride_loc, n_slots,
             vc_stride_s, vc_stride_h,
             H: tl.constexpr, HB: tl.constexpr, DV: tl.constexpr, BDV: tl.constexpr,
@@ -264,15 +283,8 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, d0, T, stride_vt, stride_
                + d[None, None, :])
         tl.store(dst, code, mask=sm)
     elif not GROUPS:
-        # Every token on its own: one byte per (token, head, d), 16 bytes apart.
-        x = tl.load(src_rows, mask=lm, other=1.0)
-        code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
-        blk = s // PAGE
-        in_page = s - blk * PAGE
-        vbase = blk * (H * DV * PAGE) + (in_page // X) * (DV * X) + (in_page % X)
-        dst = (vc_ptr + vbase[:, None, None] + ((h0 + hh) * (DV * PAGE))[None, :, None]
-               + (d * X)[None, None, :])
-        tl.store(dst, code, mask=sm)
+        _store_v_bytes(src_rows, vc_ptr, s, h0 + hh, d, vs, vrcp, lm, sm, H, DV, PAGE, X,
+                       FMA_DIV, FNUZ, NATIVE)
     else:
         # Which tokens sit in a complete aligned group of X consecutive slots?
         # Token i with slot s and r = s % X belongs to the group that starts at
@@ -292,14 +304,8 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, d0, T, stride_vt, stride_
             m = scattered[:, None, None]
             if BDV * D_SPLIT != DV:
                 m = m & dm
-            x = tl.load(src_rows, mask=m, other=1.0)
-            code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
-            blk = s // PAGE
-            in_page = s - blk * PAGE
-            vbase = blk * (H * DV * PAGE) + (in_page // X) * (DV * X) + (in_page % X)
-            dst = (vc_ptr + vbase[:, None, None] + ((h0 + hh) * (DV * PAGE))[None, :, None]
-                   + (d * X)[None, None, :])
-            tl.store(dst, code, mask=m)
+            _store_v_bytes(src_rows, vc_ptr, s, h0 + hh, d, vs, vrcp, m, m, H, DV, PAGE, X,
+                           FMA_DIV, FNUZ, NATIVE)
 
         # Complete groups that start in this window (at most one per X tokens):
         # load the (X tokens, HB, D) tile, store it as HB*D vectors of X bytes.
