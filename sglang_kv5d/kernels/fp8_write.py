@@ -607,6 +607,15 @@ def _heads_per_program(H: int, D: int, elements: int) -> int:
     return hb
 
 
+def _row_chunks(DK: int, DV: int) -> int:
+    """Programs per 5D head row: a power of two, about 128 dims each, never
+    less than one 16-byte vector of the narrower of K and V."""
+    ds = 1
+    while 2 * ds * 128 <= max(DK, DV) and triton.next_power_of_2(min(DK, DV)) // (2 * ds) >= X_FP8:
+        ds *= 2
+    return ds
+
+
 def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
     """Kernel configuration picked from shapes only (never from loc contents).
 
@@ -631,7 +640,7 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
         if T > 1024 and D < 256:
             cfg.update(groups=True, heads_per_program=_heads_per_program(H, D, 256))
         else:
-            cfg.update(d_split=max(1, D // 128), block_t=4 if T <= 128 else 16)
+            cfg.update(d_split=_row_chunks(DK, DV), block_t=4 if T <= 128 else 16)
     elif T <= 128:
         cfg.update(block_t=4)
     else:

@@ -228,6 +228,31 @@ def test_nhd_launch_configurations_with_padded_dims(cfg):
     _write_and_check(k, v, kc, vc, loc, 0.8, torch.tensor([1.3]), FNUZ, "nhd", _config=cfg)
 
 
+@pytest.mark.parametrize("T", [40, 200])
+def test_default_config_with_wide_and_uneven_head_dims(T):
+    """K 96 / V 320 dims: rows split over two programs with the dims past 96 / 320 masked."""
+    g = _gen(44 + T)
+    H, DK, DV, page, n_blocks = 1, 96, 320, 16, 16
+    assert fw.launch_config(T, H, DK, DV, True)["d_split"] == 2
+    k = ref.make_input(T, H, DK, torch.bfloat16, gen=g)
+    v = ref.make_input(T, H, DV, torch.bfloat16, gen=g)
+    kc, vc = ref.make_caches("5d", n_blocks, page, H, DK, DV, gen=g, typed=FN)
+    loc = ref.loc_pattern("mixed", T, n_blocks * page, page, gen=g)
+    _write_and_check(k, v, kc, vc, loc, 0.3719, 1.9137, FN, "5d")
+
+
+def test_launch_config_is_valid_for_any_shape():
+    """The shipped rule never picks a configuration the kernel would refuse."""
+    for layout_5d in (True, False):
+        for DK in (16, 32, 48, 64, 96, 128, 192, 256, 320, 384, 512, 576, 1024):
+            for DV in (16, 64, 128, 384, 512) if layout_5d else (16, 40, 128, 576):
+                for H in (1, 2, 3, 8, 16):
+                    for T in (1, 100, 129, 1500, 5000, 40000):
+                        plan = fw._Plan(T, H, DK, DV, layout_5d, 64, 1 << 20, FN, None, None)
+                        cfg = fw._resolve_config(plan, None)
+                        assert cfg["d_split"] & (cfg["d_split"] - 1) == 0
+
+
 @pytest.mark.parametrize("bad,match", [
     (dict(groups=True, block_t=8), "block_t"),  # groups need whole groups per window
     (dict(block_t=3, groups=False), "block_t"),
