@@ -66,10 +66,12 @@ are a race, as in every scatter.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import struct
-from typing import NamedTuple, Optional, Union
+from types import MappingProxyType
+from typing import Mapping, NamedTuple, Optional, Union
 
 import torch
 import triton
@@ -650,27 +652,44 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
     return cfg
 
 
-def _resolve_config(plan: "_Plan", override: Optional[dict]) -> dict:
-    """launch_config for the plan's shapes, with ``override`` applied and checked."""
+def _resolve_config(plan: "_Plan", override: Optional[dict]) -> Mapping:
+    """launch_config for the plan's shapes, with ``override`` applied and checked.
+
+    Without an override the checked default is cached per shape: this runs on
+    every write (every layer of every step), and building and checking the
+    dict costs several microseconds of host time.
+    """
+    if not override:
+        return _default_config(plan.T, plan.H, plan.DK, plan.DV, plan.layout_5d)
     cfg = launch_config(plan.T, plan.H, plan.DK, plan.DV, plan.layout_5d)
-    if override:
-        unknown = set(override) - set(_CONFIG_KEYS)
-        if unknown:
-            raise ValueError(f"_config: unknown keys {sorted(unknown)}; known: {list(_CONFIG_KEYS)}")
-        cfg.update(override)
-    groups = bool(cfg["groups"]) and plan.layout_5d
+    unknown = set(override) - set(_CONFIG_KEYS)
+    if unknown:
+        raise ValueError(f"_config: unknown keys {sorted(unknown)}; known: {list(_CONFIG_KEYS)}")
+    cfg.update(override)
+    return _check_config(cfg, plan.H, plan.DK, plan.DV, plan.layout_5d)
+
+
+@functools.lru_cache(maxsize=1024)
+def _default_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> Mapping:
+    return MappingProxyType(_check_config(launch_config(T, H, DK, DV, layout_5d), H, DK, DV, layout_5d))
+
+
+def _check_config(cfg: dict, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
+    """``cfg`` checked against the shapes (ValueError naming the key), groups
+    switched off for NHD."""
+    groups = bool(cfg["groups"]) and layout_5d
     bt = cfg["block_t"]
     if bt < 1 or bt & (bt - 1) or (groups and bt < X_FP8):
         raise ValueError(
             f"_config block_t: expected a power of two{f' >= {X_FP8} with groups' if groups else ''}, got {bt}"
         )
     hb = cfg["heads_per_program"]
-    if hb < 1 or plan.H % hb or hb & (hb - 1):
-        raise ValueError(f"_config heads_per_program: expected a power of two dividing H={plan.H}, got {hb}")
+    if hb < 1 or H % hb or hb & (hb - 1):
+        raise ValueError(f"_config heads_per_program: expected a power of two dividing H={H}, got {hb}")
     ds = cfg["d_split"]
-    min_chunk = X_FP8 if plan.layout_5d else 1
-    if (ds < 1 or ds & (ds - 1) or triton.next_power_of_2(plan.DK) // ds < min_chunk
-            or triton.next_power_of_2(plan.DV) // ds < min_chunk):
+    min_chunk = X_FP8 if layout_5d else 1
+    if (ds < 1 or ds & (ds - 1) or triton.next_power_of_2(DK) // ds < min_chunk
+            or triton.next_power_of_2(DV) // ds < min_chunk):
         raise ValueError(f"_config d_split: expected a power of two leaving >= {min_chunk} dims per program, got {ds}")
     if cfg["parts"] not in ("kv", "k", "v") or (cfg["parts"] != "kv" and not cfg["split_kv"]):
         raise ValueError(f"_config parts: expected 'kv', or 'k' / 'v' with split_kv, got {cfg['parts']!r}")
