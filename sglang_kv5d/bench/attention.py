@@ -172,12 +172,12 @@ def run_row(bs, ctx, geom, kv, *, bw, peer, device="cuda", peer_splits=PEER_SPLI
         kv=kv, H_q=H_q, H_kv=H_kv, D=D, bs=bs, ctx=ctx, page=PAGE, bytes=nbytes,
         ours_us=ours_us, ours_bw_fraction=nbytes / (ours_us * 1e-6) / bw,
     )
-    try:
-        from sglang_kv5d.kernels.attention_5d import default_num_splits
-
-        row["ours_splits"] = default_num_splits(bs, H_kv, 1, case["bt"].shape[1] * PAGE, q.device)
-    except Exception:
-        pass
+    info = {}
+    decode_attention_5d(
+        q, case["k5"], case["v5"], case["bt"], case["ctx"], sm_scale=sm_scale,
+        k_scale=scale, v_scale=scale, out=out, _info=info,
+    )
+    row["ours_splits"] = info.get("num_splits")
 
     if peer is not None:
         k_nhd, v_nhd, kv_indptr, kv_indices = nhd_for_peer(case)

@@ -760,23 +760,87 @@ def _decode_config(D: int, G: int, page: int, X: int, fp8: bool, work: int = 0):
     return block_n, block_h, num_warps, num_stages, True
 
 
-def default_num_splits(batch: int, num_kv_heads: int, head_tiles: int, max_tokens: int, device) -> int:
+def default_num_splits(
+    batch: int, num_kv_heads: int, head_tiles: int, max_tokens: int, device, resident: Optional[int] = None
+) -> int:
     """Split count from shapes only (no host sync).
 
-    About two waves of CTAs (``ceil(2 * SMs / work)``), at most 256, and
-    splits of at least 64 tokens (``max_tokens`` is the block-table capacity),
-    or of at least 32 tokens while that still fills no more than one wave.
-    H200 runs: two waves beat one in every row of the first two
-    (32/8 D=128 bs=1 ctx 32k: 48 us against 99 us); the third (2026-11-29,
-    scripts/gpu/attention_sweep_tiles_splits.py) moved the floor from 128
-    tokens per split down (bs=1 ctx 1k, 4/1 bf16: 7.5 us at 32 splits against
-    12.4 us at 8; ctx 8k: 11.5 us at 128 against 13.7 us at 64).
+    With ``resident`` (CTAs of the compiled kernel that fit on one SM at once,
+    see ``resident_ctas_per_sm``): the most splits whose CTAs still fit in one
+    wave, ``resident * SMs // work``. Without it (ROCm, the interpreter, or
+    when the compiled kernel cannot be inspected): about two waves of one CTA
+    per SM, ``ceil(2 * SMs / work)``. Either way at most 256, and splits of at
+    least 64 tokens (``max_tokens`` is the block-table capacity), or of at
+    least 32 tokens while that still fills no more than one wave of one CTA per SM.
+
+    H200 runs (docs/benchmarks-attention.md): a wave that is only partly
+    filled costs a whole wave. bf16 D=256, bs 32, 4/1, ctx 8k, 3 resident CTAs:
+    12 splits (384 CTAs in 396 slots) 102.8 us, 9 splits (the two-wave rule)
+    121.0 us, 13 splits 133.6 us; fp8 with 2 resident: 8 splits 51.0 us, 9
+    splits 63.7 us. The token floor (bs=1 ctx 1k, 4/1 bf16: 7.5 us at 32
+    splits against 12.4 us at 8; ctx 8k: 11.5 us at 128 against 13.7 us at 64)
+    is from the earlier runs.
     """
     work = max(1, batch * num_kv_heads * head_tiles)
     sms = _sm_count(device)
     floor = max(max_tokens // 64, min(-(-sms // work), max_tokens // 32))
-    splits = min(-(-2 * sms // work), floor, 256)
-    return max(1, splits)
+    if resident:
+        target = max(1, int(resident) * sms // work)
+    else:
+        target = -(-2 * sms // work)
+    return max(1, min(target, floor, 256))
+
+
+def resident_ctas_per_sm(
+    n_regs: int,
+    num_warps: int,
+    shared_bytes: int,
+    *,
+    regs_per_sm: int = 65536,
+    smem_per_sm: int = 233472,
+    threads_per_sm: int = 2048,
+    max_ctas: int = 32,
+) -> int:
+    """CTAs of one compiled kernel that an NVIDIA SM holds at once.
+
+    Registers are allocated per warp in units of 256; each CTA also reserves
+    1 KiB of shared memory. Defaults are the sm_90 limits.
+    """
+    per_warp = -(-max(1, n_regs) * 32 // 256) * 256
+    by_regs = regs_per_sm // (per_warp * num_warps)
+    by_smem = smem_per_sm // (shared_bytes + 1024)
+    by_threads = threads_per_sm // (32 * num_warps)
+    return max(1, min(by_regs, by_smem, by_threads, max_ctas))
+
+
+_RESIDENT = {}
+
+
+def _decode_resident(device: torch.device, key: tuple, warmup) -> Optional[int]:
+    """Resident CTAs per SM of the split (non-direct) decode kernel for ``key``,
+    compiled once through ``warmup()`` (compiles, does not launch); None where
+    that cannot be known (ROCm, the interpreter, an inspection failure)."""
+    if device.type != "cuda" or _interpreting() or getattr(torch.version, "hip", None):
+        return None
+    if key in _RESIDENT:
+        return _RESIDENT[key]
+    resident = None
+    try:
+        ck = warmup()
+        ck.run  # noqa: B018 - loads the binary, which fills n_regs
+        props = torch.cuda.get_device_properties(device)
+        resident = resident_ctas_per_sm(
+            int(ck.n_regs),
+            int(ck.metadata.num_warps),
+            int(ck.metadata.shared),
+            regs_per_sm=int(getattr(props, "regs_per_multiprocessor", 65536) or 65536),
+            smem_per_sm=int(getattr(props, "shared_memory_per_multiprocessor", 233472) or 233472),
+            threads_per_sm=int(getattr(props, "max_threads_per_multi_processor", 2048) or 2048),
+        )
+    except Exception:  # noqa: BLE001 - the two-wave rule stays available
+        resident = None
+    _RESIDENT[key] = resident
+    return resident
 
 
 def _use_pdl(device: torch.device) -> bool:
@@ -809,6 +873,7 @@ def decode_attention_5d(
     num_splits: Optional[int] = None,
     out: Optional[torch.Tensor] = None,
     _config: Optional[tuple] = None,
+    _info: Optional[dict] = None,
 ) -> torch.Tensor:
     """Paged decode attention over SHUFFLE 5D K/V caches.
 
@@ -843,20 +908,11 @@ def decode_attention_5d(
 
     if _config is None:
         _config = _decode_config(D, G, page, X, fp8_mode > 0, work=B * H_kv)
-    block_n, block_h, num_warps, num_stages, load3d = _config
+    block_n, block_h, num_warps, num_stages, load3d, *rest = _config
+    launch_opts = {"maxnreg": rest[0]} if rest and rest[0] else {}
     head_tiles = -(-G // block_h)
-    if num_splits is None:
-        num_splits = default_num_splits(
-            B, H_kv, head_tiles, block_tables.shape[1] * page, q.device
-        )
-    num_splits = max(1, int(num_splits))
-    direct = num_splits == 1
-
     kp, kval, kis = _scale_args(k_scale, q.device)
     vp, vval, vis = _scale_args(v_scale, q.device)
-    if fp8_mode > 0 and (k_scale is None or v_scale is None):
-        # no scales given: stored values are the real values
-        pass
     BLOCK_D = _pow2(D)
     window = int(sliding_window) if sliding_window is not None else -1
     has_window = window > 0
@@ -865,73 +921,60 @@ def decode_attention_5d(
     if has_sink and sinks.dtype != torch.float32:
         sinks = sinks.float()
 
-    if direct:
-        mid_o = out
-        mid_lse = out
-        sm = (0, 0, 0)
-    else:
-        mid_o = torch.empty((B, H_q, num_splits, D), dtype=torch.float32, device=q.device)
-        mid_lse = torch.empty((B, H_q, num_splits), dtype=torch.float32, device=q.device)
-        sm = (mid_o.stride(0), mid_o.stride(1), mid_o.stride(2))
+    def args(mid_o, mid_lse, splits):
+        """The kernel's runtime arguments for ``splits`` (mid buffers unused when 1)."""
+        sm = (mid_o.stride(0), mid_o.stride(1), mid_o.stride(2)) if splits > 1 else (0, 0, 0)
+        return (
+            q, k, v, block_tables, context_lens, sinks if has_sink else q, out, mid_o, mid_lse,
+            kp if kis else q, vp if vis else q, kval, vval, float(sm_scale),
+            float(logit_cap) if has_cap else 0.0, window,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2), block_tables.stride(0),
+            out.stride(0), out.stride(1), sm[0], sm[1], sm[2], splits,
+        )
 
-    pdl = (not direct) and _use_pdl(q.device)
+    def mid_buffers(splits):
+        if splits == 1:
+            return out, out
+        return (torch.empty((B, H_q, splits, D), dtype=torch.float32, device=q.device),
+                torch.empty((B, H_q, splits), dtype=torch.float32, device=q.device))
+
+    def constexprs(direct, pdl):
+        return dict(
+            H_KV=H_kv, G=G, HEAD_TILES=head_tiles, D=D, BLOCK_D=BLOCK_D, BLOCK_H=block_h,
+            BLOCK_N=block_n, PAGE=page, X=X, PAGE_ALIGNED=(page % block_n == 0),
+            FP8_MODE=fp8_mode, FP8_MUL=fp8_mul, K_SCALE_PTR=kis, V_SCALE_PTR=vis,
+            HAS_WINDOW=has_window, HAS_CAP=has_cap, HAS_SINK=has_sink, DIRECT=direct,
+            COMPUTE=cdt, NUM_STAGES=num_stages, LOAD3D=bool(load3d), USE_PDL=pdl,
+            num_warps=num_warps, **launch_opts,
+        )
+
+    split_pdl = _use_pdl(q.device)
+    if num_splits is None:
+        split_kw = constexprs(False, split_pdl)
+        # everything the compiled kernel depends on, as a flat tuple (cheap to hash
+        # on every call)
+        key = (q.device, q.dtype, k.dtype, out.dtype, H_kv, G, head_tiles, D, block_n, block_h,
+               num_warps, num_stages, bool(load3d), tuple(rest), page, X, fp8_mode, fp8_mul, kis, vis,
+               has_window, has_cap, has_sink, split_pdl)
+
+        def warmup():
+            mo, ml = mid_buffers(2)
+            return _decode_5d_kernel.warmup(*args(mo, ml, 2), grid=(1, 2), **split_kw)
+
+        num_splits = default_num_splits(
+            B, H_kv, head_tiles, block_tables.shape[1] * page, q.device,
+            resident=_decode_resident(q.device, key, warmup),
+        )
+    num_splits = max(1, int(num_splits))
+    direct = num_splits == 1
+    if _info is not None:
+        _info.update(num_splits=num_splits, config=tuple(_config))
+
+    mid_o, mid_lse = mid_buffers(num_splits)
+    pdl = (not direct) and split_pdl
     grid = (B * H_kv * head_tiles, num_splits)
-    _decode_5d_kernel[grid](
-        q,
-        k,
-        v,
-        block_tables,
-        context_lens,
-        sinks if has_sink else q,
-        out,
-        mid_o,
-        mid_lse,
-        kp if kis else q,
-        vp if vis else q,
-        kval,
-        vval,
-        float(sm_scale),
-        float(logit_cap) if has_cap else 0.0,
-        window,
-        q.stride(0),
-        q.stride(1),
-        k.stride(0),
-        k.stride(1),
-        k.stride(2),
-        v.stride(0),
-        v.stride(1),
-        v.stride(2),
-        block_tables.stride(0),
-        out.stride(0),
-        out.stride(1),
-        sm[0],
-        sm[1],
-        sm[2],
-        num_splits,
-        H_KV=H_kv,
-        G=G,
-        HEAD_TILES=head_tiles,
-        D=D,
-        BLOCK_D=BLOCK_D,
-        BLOCK_H=block_h,
-        BLOCK_N=block_n,
-        PAGE=page,
-        X=X,
-        PAGE_ALIGNED=(page % block_n == 0),
-        FP8_MODE=fp8_mode,
-        FP8_MUL=fp8_mul,
-        K_SCALE_PTR=kis,
-        V_SCALE_PTR=vis,
-        HAS_WINDOW=has_window,
-        HAS_CAP=has_cap,
-        HAS_SINK=has_sink,
-        DIRECT=direct,
-        COMPUTE=cdt,
-        NUM_STAGES=num_stages,
-        LOAD3D=bool(load3d),
-        USE_PDL=pdl,
-        num_warps=num_warps,
-    )
+    _decode_5d_kernel[grid](*args(mid_o, mid_lse, num_splits), **constexprs(direct, pdl))
     if not direct:
         block_dr = min(BLOCK_D, 64)
         extra = {"launch_pdl": True} if pdl else {}

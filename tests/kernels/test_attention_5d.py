@@ -243,8 +243,43 @@ def test_default_splits_from_shapes_only(monkeypatch):
     assert A.default_num_splits(1, 1, 1, 8192, dev) == 132  # one wave of 62-token splits
     assert A.default_num_splits(1, 2, 1, 8192, dev) == 128  # 64 tokens per split
     assert A.default_num_splits(1, 1, 1, 32768, dev) == 256  # the cap
-    assert A.default_num_splits(32, 1, 1, 32768, dev) == 9  # two waves
+    assert A.default_num_splits(32, 1, 1, 32768, dev) == 9  # two waves (no occupancy known)
     assert A.default_num_splits(128, 2, 1, 8192, dev) == 2
+    # with the compiled kernel's resident CTAs per SM: the most splits that fill one wave
+    assert A.default_num_splits(32, 1, 1, 8192, dev, resident=3) == 12  # 384 CTAs in 396 slots
+    assert A.default_num_splits(32, 2, 1, 8192, dev, resident=3) == 6
+    assert A.default_num_splits(32, 1, 1, 8192, dev, resident=2) == 8  # fp8, 224 registers
+    assert A.default_num_splits(128, 2, 1, 8192, dev, resident=2) == 1  # 256 CTAs in 264 slots
+    assert A.default_num_splits(256, 8, 1, 8192, dev, resident=3) == 1  # more work than slots
+    # the token floor and the cap still hold
+    assert A.default_num_splits(1, 1, 1, 1024, dev, resident=3) == 32
+    assert A.default_num_splits(1, 1, 1, 8192, dev, resident=3) == 132
+    assert A.default_num_splits(1, 1, 1, 32768, dev, resident=4) == 256
+
+
+def test_resident_ctas_per_sm_limits():
+    # registers: 168 per thread x 128 threads -> 3 CTAs; 183 -> 2 (the H200 sweep's kernels)
+    assert A.resident_ctas_per_sm(168, 4, 41988) == 3
+    assert A.resident_ctas_per_sm(183, 4, 41984) == 2
+    # shared memory: 75776 bytes (+1 KiB reserved) -> 3 CTAs when registers allow more
+    assert A.resident_ctas_per_sm(64, 4, 75776) == 3
+    # threads: 8 warps -> at most 8 CTAs; tiny kernels stop at 32
+    assert A.resident_ctas_per_sm(16, 8, 0) == 8
+    assert A.resident_ctas_per_sm(16, 1, 0) == 32
+
+
+def test_split_count_is_reported_and_interpreter_uses_the_two_wave_rule():
+    g = torch.Generator().manual_seed(5)
+    k5 = torch.randn(4, 1, 8, 16, 8, generator=g).bfloat16()
+    v5 = torch.randn(4, 1, 2, 64, 8, generator=g).bfloat16()
+    q = torch.randn(2, 4, 64, generator=g).bfloat16()
+    bt = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
+    ctx = torch.tensor([20, 32], dtype=torch.int32)
+    info = {}
+    A.decode_attention_5d(q, k5, v5, bt, ctx, sm_scale=0.125, _info=info)
+    expect = A.default_num_splits(2, 1, 1, 32, torch.device("cpu"))
+    assert info["num_splits"] == expect
+    assert len(info["config"]) == 5
 
 
 def test_layout_errors():
