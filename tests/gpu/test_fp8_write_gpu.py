@@ -95,6 +95,46 @@ def test_full_size_prefill_and_decode(fw, ref, geo, layout, fp8_dtype, encoder):
                _encoder=encoder)
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.parametrize("encoder", ["auto", "bits"])
+@pytest.mark.parametrize("fp8_dtype", [FN, FNUZ], ids=["e4m3fn", "e4m3fnuz"])
+def test_encoder_extremes_on_the_device(fw, ref, fp8_dtype, encoder):
+    """Every fp8 value, the midpoints between neighbours and one float32 step
+    either side of them, overflow, +/-inf and NaN, through the device's own
+    conversion (hardware ``cvt.satfinite`` for e4m3fn on sm_89+): bit-exact
+    against torch; inf saturates to +/-FMAX, NaN stays NaN. With a scale of
+    1e-30 every finite quotient overflows float32 and must saturate as well."""
+    dev = torch.device("cuda")
+    vals = ref.fp8_values(fp8_dtype)
+    pos = vals[torch.isfinite(vals) & (vals >= 0)].unique().sort().values
+    mids = ((pos[1:] + pos[:-1]) / 2).float()
+    fmax = ref.FP8_MAX[fp8_dtype]
+    extra = torch.tensor([0.0, 1e-45, 2.0**-12, fmax, fmax + 1, fmax * 1.03, fmax * 2, 1e6, 3.0e38,
+                          float("inf")])
+    mag = torch.cat([pos.float(), mids, torch.nextafter(mids, torch.full_like(mids, float("inf"))),
+                     torch.nextafter(mids, torch.zeros_like(mids)), extra])
+    x = torch.cat([mag, -mag, torch.tensor([float("nan"), -0.0])])
+    n = (x.numel() + 15) // 16 * 16
+    x = torch.cat([x, torch.ones(n - x.numel())]).view(-1, 1, 16)
+    T = x.shape[0]
+    xd = x.to(dev)
+    for scale in (1.0, 1e-30):
+        kc = torch.zeros(T, 1, 16, dtype=torch.uint8, device=dev)
+        vc = torch.zeros(T, 1, 16, dtype=torch.uint8, device=dev)
+        fw.write_kv_fp8(xd, xd, kc, vc, torch.arange(T, device=dev), scale, scale,
+                        fp8_dtype=fp8_dtype, _encoder=encoder)
+        exp = ref.quantize_fp8_fp32(x, scale, fp8_dtype).flatten()
+        xf = x.flatten()
+        num = ~torch.isnan(xf)
+        for c in (kc, vc):
+            got = c.cpu().flatten()
+            assert torch.equal(got[num], exp[num]), f"{int((got[num] != exp[num]).sum())} codes differ"
+        f = kc.cpu().view(fp8_dtype).float().flatten()
+        assert torch.isnan(f[~num]).all() and torch.isnan(vc.cpu().view(fp8_dtype).float().flatten()[~num]).all()
+        finite = f[num]
+        assert not torch.isnan(finite).any() and float(finite.abs().max()) == fmax
+
+
 @pytest.mark.parametrize("in_dtype", [torch.float16, torch.float32])
 @pytest.mark.parametrize("layout", ["5d", "nhd"])
 def test_other_input_dtypes(fw, ref, in_dtype, layout):

@@ -216,6 +216,25 @@ def test_every_launch_configuration_writes_the_same_bytes(cfg, kind):
     _write_and_check(k, v, kc, vc, loc, 0.5, 0.75, FN, "5d", pass_dtype=FN, _config=cfg)
 
 
+@pytest.mark.parametrize("cfg", [dict(groups=True, block_t=16), dict(groups=True, block_t=32, heads_per_program=2),
+                                 dict(groups=True, block_t=64, d_split=2, split_kv=False)])
+def test_group_fast_path_on_long_runs(cfg):
+    """Windows inside long runs take the fast path (no per-token detection):
+    runs from unaligned starts, across page boundaries, between scattered slots."""
+    g = _gen(61 + cfg["block_t"])
+    H, D, page, n_blocks = 2, 32, 32, 24
+    pieces = [torch.arange(3 * page + 7, 3 * page + 7 + 150),  # unaligned, crosses 4 pages
+              torch.tensor([-1, 20 * page + 3, 21 * page + 30]),  # a skip, two scattered slots
+              torch.arange(10 * page + 16, 10 * page + 16 + 131),  # aligned start, ends mid-group
+              torch.arange(16 * page + 5, 16 * page + 5 + 20)]  # a short run at the end
+    loc = torch.cat(pieces)
+    T = loc.shape[0]
+    k = ref.make_input(T, H, D, torch.bfloat16, gen=g, token_pad=8)
+    v = ref.make_input(T, H, D, torch.bfloat16, gen=g)
+    kc, vc = ref.make_caches("5d", n_blocks, page, H, D, D, gen=g)
+    _write_and_check(k, v, kc, vc, loc, 0.5, 1.25, FN, "5d", pass_dtype=FN, _config=cfg)
+
+
 @pytest.mark.parametrize("cfg", [dict(block_t=2, heads_per_program=1, d_split=4),
                                  dict(block_t=8, heads_per_program=2, split_kv=False)])
 def test_nhd_launch_configurations_with_padded_dims(cfg):
