@@ -29,6 +29,9 @@ class _Capture:
         self.jit = jit
         self.last = None
 
+    def __getattr__(self, name):  # warmup() and the rest: the real kernel's
+        return getattr(self.jit, name)
+
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
             self.last = self.jit[grid](*args, **kwargs)

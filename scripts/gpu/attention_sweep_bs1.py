@@ -1,0 +1,67 @@
+#!/usr/bin/env python
+"""Split counts for bs = 1 decode (the 3x-peer target), ours against the peer.
+
+    python scripts/gpu/attention_sweep_bs1.py OUT.json
+
+Each bs = 1 row of the benchmark at ctx 8k and 32k: SGLang's Triton decode at its
+best split count, ours at the default and at fixed counts up to 256 (splits of
+32 tokens and more; resident CTAs allow up to three per SM).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+
+
+def main() -> int:
+    import torch
+
+    from sglang_kv5d.bench.attention import PEER_SPLITS, build_case, load_peer, nhd_for_peer, peer_call
+    from sglang_kv5d.bench.common import graph_replay_median_us
+    from sglang_kv5d.kernels import attention_5d as A
+
+    out_path = sys.argv[1]
+    t0 = time.time()
+    peer, peer_src = load_peer()
+    res = {"peer": peer_src, "rows": []}
+    for ctx in (8192, 32768):
+        for hq, hkv, D in ((4, 1, 256), (16, 2, 256), (32, 8, 128)):
+            for kv in ("bf16", "fp8_e4m3fn"):
+                case = build_case(1, ctx, hq, hkv, D, kv, "cuda")
+                q, out = case["q"], torch.empty_like(case["q"])
+                sm_scale = 1 / math.sqrt(D)
+                k_nhd, v_nhd, indptr, indices = nhd_for_peer(case)
+                best = None
+                for s in PEER_SPLITS:
+                    us = graph_replay_median_us(peer_call(peer, q, k_nhd, v_nhd, indptr, indices, out, s, sm_scale),
+                                                inner=10, reps=20, warmup=2)
+                    best = min(best or (us, s), (us, s))
+                shape = [1, ctx, hq, hkv, D, kv]
+                res["rows"].append(dict(shape=shape, who="peer", us=best[0], splits=best[1]))
+                line = [f"{shape} peer {best[0]:.1f} ({best[1]})"]
+                for s in (None, 96, 132, 176, 198, 256):
+                    info = {}
+
+                    def fn():
+                        A.decode_attention_5d(q, case["k5"], case["v5"], case["bt"], case["ctx"],
+                                              sm_scale=sm_scale, out=out, num_splits=s, _info=info)
+
+                    fn()
+                    us = graph_replay_median_us(fn, inner=10, reps=20, warmup=2)
+                    res["rows"].append(dict(shape=shape, who="ours", splits=info["num_splits"],
+                                            default=s is None, us=us, vs_peer=best[0] / us))
+                    line.append(f"{info['num_splits']}{'*' if s is None else ''}:{us:.1f}")
+                print(" ".join(line), f"t={time.time() - t0:.0f}s", flush=True)
+                with open(out_path, "w") as f:
+                    json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
