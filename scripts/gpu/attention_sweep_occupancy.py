@@ -1,7 +1,11 @@
 #!/usr/bin/env python
 """Split counts against resident CTAs per SM, for the decode rows below the peer.
 
-    python scripts/gpu/attention_sweep_occupancy.py OUT.json [budget_s]
+    python scripts/gpu/attention_sweep_occupancy.py OUT.json [budget_s] [regcap]
+
+``regcap``: instead, register caps that let 4 or 5 CTAs share an SM (maxnreg
+128 / 96) against the shipped configuration, each at the default split
+count for its own occupancy.
 
 For each bf16 D=256 shape at bs >= 32 (and one fp8 control row): SGLang's
 Triton decode at its best split count, then ours for a few tile configs
@@ -78,6 +82,15 @@ def main() -> int:
     configs = [None, (32, 16, 4, 2, True), (32, 16, 4, 3, True, 168), (32, 16, 4, 2, True, 168),
                (64, 16, 4, 2, True, 232)]
 
+    regcap = len(sys.argv) > 3 and sys.argv[3] == "regcap"
+    if regcap:
+        shapes = [(32, 8192, 16, 2, "bf16"), (32, 8192, 4, 1, "bf16"), (128, 8192, 16, 2, "bf16"),
+                  (128, 8192, 4, 1, "bf16"), (32, 1024, 16, 2, "bf16"), (32, 1024, 4, 1, "bf16"),
+                  (32, 32768, 16, 2, "bf16"), (128, 32768, 4, 1, "bf16"), (32, 8192, 4, 1, "fp8_e4m3fn"),
+                  (32, 8192, 16, 2, "fp8_e4m3fn")]
+        configs = [None, (32, 16, 4, 3, True, 128), (32, 16, 4, 2, True, 128), (32, 16, 4, 3, True, 96),
+                   (64, 16, 4, 2, True, 128), (16, 16, 4, 3, True, 96)]
+
     def save():
         with open(out_path, "w") as f:
             json.dump(res, f, indent=1)
@@ -105,6 +118,8 @@ def main() -> int:
         d = A.default_num_splits(bs, hkv, 1, case["bt"].shape[1] * 64, torch.device("cuda"))
         cands = sorted({s for s in (*range(1, 17), 18, 20, 24, 28, 32)
                         if work * s <= 6 * sms and s <= ctx // 32} | {1, d})
+        if regcap:
+            cands = [None]
         best = None
         for cfg in configs:
             occ = None
@@ -112,21 +127,24 @@ def main() -> int:
                 if time.time() - t0 > budget:
                     break
 
+                info = {}
+
                 def fn():
                     A.decode_attention_5d(q, case["k5"], case["v5"], case["bt"], case["ctx"], sm_scale=sm_scale,
-                                          out=out, num_splits=s, _config=cfg)
+                                          out=out, num_splits=s, _config=cfg, _info=info)
 
                 try:
                     fn()
-                    if occ is None and s > 1:
+                    if occ is None and (s is None or s > 1):
                         occ = resident_ctas(cap.last, props)
                         res["kernels"][f"{shape}|{cfg}"] = occ
                     us = graph_replay_median_us(fn, inner=5, reps=10, warmup=2)
                 except Exception as exc:  # noqa: BLE001 - recorded
                     res["rows"].append(dict(shape=shape, config=str(cfg), splits=s, error=str(exc)[:200]))
                     continue
-                waves = work * s / (sms * occ["resident"]) if occ else None
-                row = dict(shape=shape, who="ours", config=list(cfg) if cfg else "default", splits=s,
+                used = info.get("num_splits", s)
+                waves = work * used / (sms * occ["resident"]) if occ else None
+                row = dict(shape=shape, who="ours", config=list(cfg) if cfg else "default", splits=used,
                            default_splits=d, us=us, bw_frac=nbytes / (us * 1e-6) / bw,
                            vs_peer=peer_best[0] / us, waves=waves)
                 res["rows"].append(row)

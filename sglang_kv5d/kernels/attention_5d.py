@@ -731,9 +731,10 @@ def _pow2(n: int) -> int:
 
 
 def _decode_config(D: int, G: int, page: int, X: int, fp8: bool, work: int = 0):
-    """(BLOCK_N, BLOCK_H, num_warps, num_stages, LOAD3D) for the decode kernel.
+    """(BLOCK_N, BLOCK_H, num_warps, num_stages, LOAD3D[, maxnreg]) for the decode kernel.
 
-    ``work`` is batch x KV heads (0: unknown).
+    ``work`` is batch x KV heads (0: unknown). ``maxnreg`` (NVIDIA only, ignored
+    elsewhere) caps the registers per thread so that one more CTA fits on an SM.
 
     From an H200 sweep (scripts/gpu/attention_sweep.py): small tiles with a deep
     cp.async pipeline and several CTAs per SM stream best; fp8 at D=256 prefers
@@ -741,6 +742,14 @@ def _decode_config(D: int, G: int, page: int, X: int, fp8: bool, work: int = 0):
     """
     block_h = max(16, min(64, _pow2(G)))
     BD = _pow2(D)
+    if not fp8 and BD >= 256 and block_h == 16 and work >= 128 and page % 32 == 0:
+        # bf16/fp16 at D=256 with 128 or more (sequence, KV head) pairs: 32-token
+        # tiles at 128 registers (a few spills), 4 CTAs per SM instead of 3
+        # (H200, docs/benchmarks-attention.md, third session: bs 128 4/1 ctx 32k
+        # 1331 us against 1386; 16/2 ctx 8k 683 us against 713 with 64-token
+        # tiles). Fewer pairs lose with the cap (bs 32 4/1 ctx 8k 105.7 us
+        # against 102.4).
+        return 32, block_h, 4, 3, True, 128
     if not fp8 and BD >= 256 and 0 < work < 256 and page % 32 == 0:
         # bf16/fp16 at D=256 with fewer than 256 (sequence, KV head) pairs:
         # 32-token tiles keep more CTAs resident (H200 sweep, docs/benchmarks.md:
@@ -909,7 +918,8 @@ def decode_attention_5d(
     if _config is None:
         _config = _decode_config(D, G, page, X, fp8_mode > 0, work=B * H_kv)
     block_n, block_h, num_warps, num_stages, load3d, *rest = _config
-    launch_opts = {"maxnreg": rest[0]} if rest and rest[0] else {}
+    nvidia = q.device.type == "cuda" and not _interpreting() and not getattr(torch.version, "hip", None)
+    launch_opts = {"maxnreg": int(rest[0])} if rest and rest[0] and nvidia else {}
     head_tiles = -(-G // block_h)
     kp, kval, kis = _scale_args(k_scale, q.device)
     vp, vval, vis = _scale_args(v_scale, q.device)

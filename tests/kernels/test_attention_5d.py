@@ -257,6 +257,32 @@ def test_default_splits_from_shapes_only(monkeypatch):
     assert A.default_num_splits(1, 1, 1, 32768, dev, resident=4) == 256
 
 
+def test_decode_config_register_cap_only_for_many_bf16_d256_pairs():
+    # bf16 D=256, 128+ (sequence, KV head) pairs: 32-token tiles capped at 128 registers
+    assert A._decode_config(256, 4, 64, 8, False, work=128) == (32, 16, 4, 3, True, 128)
+    assert A._decode_config(256, 8, 64, 8, False, work=256) == (32, 16, 4, 3, True, 128)
+    # fewer pairs, fp8, D=128: no cap
+    assert len(A._decode_config(256, 4, 64, 8, False, work=64)) == 5
+    assert len(A._decode_config(256, 4, 64, 16, True, work=256)) == 5
+    assert len(A._decode_config(128, 4, 64, 8, False, work=1024)) == 5
+
+
+def test_register_cap_is_ignored_off_nvidia():
+    """The interpreter (and ROCm) get no maxnreg option; results stay exact."""
+    gen = torch.Generator().manual_seed(8)
+    page, D, H_q, H_kv = 32, 64, 4, 1
+    lens = [40, 70]
+    nb = sum(-(-c // page) for c in lens) + 1
+    k5, v5 = make_cache(nb, page, H_kv, D, torch.bfloat16, gen=gen)
+    bt = make_tables(lens, page, nb, gen=gen)
+    ctx = torch.tensor(lens, dtype=torch.int32)
+    q = torch.randn(len(lens), H_q, D, generator=gen).bfloat16()
+    out = A.decode_attention_5d(q, k5, v5, bt, ctx, sm_scale=0.125, num_splits=2,
+                                _config=(32, 16, 4, 3, True, 128))
+    ref = decode_attention_5d_ref(q, k5, v5, bt, ctx, sm_scale=0.125)
+    check(out, ref, torch.bfloat16, "maxnreg config on the interpreter")
+
+
 def test_resident_ctas_per_sm_limits():
     # registers: 168 per thread x 128 threads -> 3 CTAs; 183 -> 2 (the H200 sweep's kernels)
     assert A.resident_ctas_per_sm(168, 4, 41988) == 3
