@@ -13,8 +13,9 @@ Two entry points:
 * :func:`decode_attention_5d`: one query token per sequence, split-K over the
   context with a second reduce kernel when more than one split is used. The
   split count is chosen on the host from shapes only (batch, KV heads, SM count,
-  block-table width), so the launch is a fixed grid with no host syncs and can be
-  captured in a CUDA graph.
+  block-table width) and, on NVIDIA, the compiled kernel's resident CTAs per SM
+  (registers and shared memory, read once per configuration), so the launch is a
+  fixed grid with no host syncs and can be captured in a CUDA graph.
 * :func:`extend_attention_5d`: several new tokens per sequence (chunked prefill
   with prefix reuse). The new tokens must already be written into the cache.
 
@@ -961,16 +962,15 @@ def decode_attention_5d(
 
     split_pdl = _use_pdl(q.device)
     if num_splits is None:
-        split_kw = constexprs(False, split_pdl)
         # everything the compiled kernel depends on, as a flat tuple (cheap to hash
-        # on every call)
+        # on every call); the kernel is compiled (not launched) on the first miss
         key = (q.device, q.dtype, k.dtype, out.dtype, H_kv, G, head_tiles, D, block_n, block_h,
                num_warps, num_stages, bool(load3d), tuple(rest), page, X, fp8_mode, fp8_mul, kis, vis,
                has_window, has_cap, has_sink, split_pdl)
 
         def warmup():
             mo, ml = mid_buffers(2)
-            return _decode_5d_kernel.warmup(*args(mo, ml, 2), grid=(1, 2), **split_kw)
+            return _decode_5d_kernel.warmup(*args(mo, ml, 2), grid=(1, 2), **constexprs(False, split_pdl))
 
         num_splits = default_num_splits(
             B, H_kv, head_tiles, block_tables.shape[1] * page, q.device,
