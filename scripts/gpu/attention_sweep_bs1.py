@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..",
 def main() -> int:
     import torch
 
-    from sglang_kv5d.bench.attention import PEER_SPLITS, build_case, load_peer, nhd_for_peer, peer_call
+    from sglang_kv5d.bench.attention import build_case, load_peer, peer_best_us
     from sglang_kv5d.bench.common import graph_replay_median_us
     from sglang_kv5d.kernels import attention_5d as A
 
@@ -36,12 +36,7 @@ def main() -> int:
                 case = build_case(1, ctx, hq, hkv, D, kv, "cuda")
                 q, out = case["q"], torch.empty_like(case["q"])
                 sm_scale = 1 / math.sqrt(D)
-                k_nhd, v_nhd, indptr, indices = nhd_for_peer(case)
-                best = None
-                for s in PEER_SPLITS:
-                    us = graph_replay_median_us(peer_call(peer, q, k_nhd, v_nhd, indptr, indices, out, s, sm_scale),
-                                                inner=10, reps=20, warmup=2)
-                    best = min(best or (us, s), (us, s))
+                best = peer_best_us(peer, case, out, sm_scale, inner=10, reps=20)
                 shape = [1, ctx, hq, hkv, D, kv]
                 res["rows"].append(dict(shape=shape, who="peer", us=best[0], splits=best[1]))
                 line = [f"{shape} peer {best[0]:.1f} ({best[1]})"]

@@ -61,7 +61,7 @@ def resident_ctas(ck, props) -> dict:
 def main() -> int:
     import torch
 
-    from sglang_kv5d.bench.attention import PEER_SPLITS, _kv_bytes, build_case, load_peer, nhd_for_peer, peer_call
+    from sglang_kv5d.bench.attention import _kv_bytes, build_case, load_peer, peer_best_us
     from sglang_kv5d.bench.common import copy_bandwidth_bytes_per_s, graph_replay_median_us
     from sglang_kv5d.kernels import attention_5d as A
 
@@ -103,16 +103,7 @@ def main() -> int:
         q, out = case["q"], torch.empty_like(case["q"])
         shape = [bs, ctx, hq, hkv, kv]
         sm_scale = 1 / math.sqrt(256)
-        k_nhd, v_nhd, indptr, indices = nhd_for_peer(case)
-        peer_best = None
-        for s in PEER_SPLITS:
-            if s > max(1, ctx // 64):
-                continue
-            us = graph_replay_median_us(peer_call(peer, q, k_nhd, v_nhd, indptr, indices, out, s, sm_scale),
-                                        inner=5, reps=10, warmup=2)
-            if peer_best is None or us < peer_best[0]:
-                peer_best = (us, s)
-        del k_nhd, v_nhd, indices
+        peer_best = peer_best_us(peer, case, out, sm_scale)
         res["rows"].append(dict(shape=shape, who="peer", us=peer_best[0], splits=peer_best[1]))
         work = bs * hkv
         d = A.default_num_splits(bs, hkv, 1, case["bt"].shape[1] * 64, torch.device("cuda"))

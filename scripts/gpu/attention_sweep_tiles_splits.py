@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..",
 def main() -> int:
     import torch
 
-    from sglang_kv5d.bench.attention import PEER_SPLITS, _kv_bytes, build_case, load_peer, nhd_for_peer, peer_call
+    from sglang_kv5d.bench.attention import _kv_bytes, build_case, load_peer, peer_best_us
     from sglang_kv5d.bench.common import copy_bandwidth_bytes_per_s, graph_replay_median_us
     from sglang_kv5d.kernels.attention_5d import _decode_config, decode_attention_5d, default_num_splits
 
@@ -63,20 +63,9 @@ def main() -> int:
         shape = [bs, ctx, hq, hkv, kv]
         sm_scale = 1 / math.sqrt(256)
         # the peer at its best split count
-        k_nhd, v_nhd, indptr, indices = nhd_for_peer(case)
-        peer_best = None
-        for s in PEER_SPLITS:
-            if s > max(1, ctx // 64):
-                continue
-            try:
-                us = graph_replay_median_us(peer_call(peer, q, k_nhd, v_nhd, indptr, indices, out, s, sm_scale),
-                                            inner=5, reps=10, warmup=2)
-            except Exception as exc:  # noqa: BLE001 - recorded
-                res["rows"].append(dict(shape=shape, who="peer", splits=s, error=str(exc)[:200]))
-                continue
-            if peer_best is None or us < peer_best[0]:
-                peer_best = (us, s)
-        del k_nhd, v_nhd, indices
+        errors = []
+        peer_best = peer_best_us(peer, case, out, sm_scale, errors=errors)
+        res["rows"] += [dict(shape=shape, who="peer", splits=s, error=e) for s, e in errors]
         res["rows"].append(dict(shape=shape, who="peer", us=peer_best[0], splits=peer_best[1]))
         d = default_num_splits(bs, hkv, 1, case["bt"].shape[1] * 64, dev)
         # split counts up to about 8 waves of CTAs and at least 32 tokens per split

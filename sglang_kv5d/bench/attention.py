@@ -129,6 +129,33 @@ def peer_call(decode_attention_fwd, q, k_nhd, v_nhd, kv_indptr, kv_indices, out,
     return fn
 
 
+def peer_best_us(peer, case, out, sm_scale, *, splits=PEER_SPLITS, inner=5, reps=10, errors=None):
+    """(us, splits): SGLang's Triton decode on an NHD copy of ``case``'s cache at
+    its fastest split count among ``splits`` (those of fewer than 64 tokens per
+    split are skipped), CUDA-graph replay medians. Failures go to ``errors``
+    (a list of (splits, message)) when given, else raise; None if none ran."""
+    from sglang_kv5d.bench.common import graph_replay_median_us
+
+    q = case["q"]
+    ctx = int(case["ctx"].max().item()) if case["ctx"].numel() else 0
+    k_nhd, v_nhd, indptr, indices = nhd_for_peer(case)
+    best = None
+    for s in splits:
+        if s > max(1, ctx // 64):
+            continue
+        try:
+            us = graph_replay_median_us(peer_call(peer, q, k_nhd, v_nhd, indptr, indices, out, s, sm_scale),
+                                        inner=inner, reps=reps, warmup=2)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller
+            if errors is None:
+                raise
+            errors.append((s, str(exc)[:200]))
+            continue
+        if best is None or us < best[0]:
+            best = (us, s)
+    return best
+
+
 def _time(fn, est_us: float) -> float:
     from sglang_kv5d.bench.common import graph_replay_median_us
 
