@@ -154,16 +154,33 @@ def _load_kv_tile(
         oc = tl.arange(0, BLOCK_C)
         ox = tl.arange(0, X)
         otc = tl.arange(0, TC)
-        k_off = oc[:, None, None] * stride_kc + ox[None, None, :]  # [C, 1, X]
-        v_off = offs_d[None, :, None] * X + ox[None, None, :]  # [1, BLOCK_D, X]
         if PAGE_ALIGNED:
+            # The tile's tokens are consecutive offsets of one page: per K chunk
+            # (and per V token group) BLOCK_N*X (D*X) elements are contiguous.
+            # Address them as one flat axis so that the compiler sees that
+            # contiguity and lays neighbouring lanes on neighbouring 16-byte
+            # vectors (a 3-D tile leaves the lane order to a tie-break that
+            # put the lanes of K on 32 different chunks: every sector was
+            # fetched twice, half by each of two loads).
             blk = tl.load(bt_row + n0 // PAGE).to(tl.int64)
             t0 = n0 % PAGE
-            k_ptrs = k_head + blk * stride_kb + ((t0 + offs_n) * X)[None, :, None] + k_off
-            v_ptrs = (
-                v_head + blk * stride_vb + ((t0 // X + otc) * stride_vc)[:, None, None] + v_off
-            )
+            okx = tl.arange(0, BLOCK_N * X)
+            odx = tl.arange(0, BLOCK_D * X)
+            k_ptrs = (k_head + blk * stride_kb + t0 * X + (oc * stride_kc)[:, None]
+                      + okx[None, :])
+            v_ptrs = (v_head + blk * stride_vb + ((t0 // X + otc) * stride_vc)[:, None]
+                      + odx[None, :])
+            if BLOCK_D == D:
+                k2 = tl.load(k_ptrs)
+                v2 = tl.load(v_ptrs)
+            else:
+                k2 = tl.load(k_ptrs, mask=(oc < D // X)[:, None], other=0)
+                v2 = tl.load(v_ptrs, mask=(odx < D * X)[None, :], other=0)
+            k3 = tl.reshape(k2, (BLOCK_C, BLOCK_N, X))
+            v3 = tl.reshape(v2, (TC, BLOCK_D, X))
         else:
+            k_off = oc[:, None, None] * stride_kc + ox[None, None, :]  # [C, 1, X]
+            v_off = offs_d[None, :, None] * X + ox[None, None, :]  # [1, BLOCK_D, X]
             tok = n0 + offs_n
             blk = tl.load(bt_row + tok // PAGE, mask=tok < ctx, other=0).to(tl.int64)
             k_ptrs = k_head + (blk * stride_kb + (tok % PAGE) * X)[None, :, None] + k_off
@@ -174,12 +191,12 @@ def _load_kv_tile(
                 + (blkg * stride_vb + ((tokg % PAGE) // X) * stride_vc)[:, None, None]
                 + v_off
             )
-        if BLOCK_D == D:
-            k3 = tl.load(k_ptrs)
-            v3 = tl.load(v_ptrs)
-        else:
-            k3 = tl.load(k_ptrs, mask=(oc < D // X)[:, None, None], other=0)
-            v3 = tl.load(v_ptrs, mask=(offs_d < D)[None, :, None], other=0)
+            if BLOCK_D == D:
+                k3 = tl.load(k_ptrs)
+                v3 = tl.load(v_ptrs)
+            else:
+                k3 = tl.load(k_ptrs, mask=(oc < D // X)[:, None, None], other=0)
+                v3 = tl.load(v_ptrs, mask=(offs_d < D)[None, :, None], other=0)
         if FP8_MODE > 0:
             k3 = _fp8_to_f16(k3, FP8_MODE)
             v3 = _fp8_to_f16(v3, FP8_MODE)
