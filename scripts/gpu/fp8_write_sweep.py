@@ -3,13 +3,16 @@ defaults of fp8_write.launch_config and against SGLang's reshape_and_cache_flash
 (when importable), same run, same inputs. Rows go to OUT.json as they come, so
 a run cut short by a timeout still leaves its data.
 
-    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all]
+    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts]
 
 small: T = 1, 16, 128 with decode slots (distinct random) and T = 128, 1024
        with prefill runs; V bytes stored one by one (groups off) with windows of
        1..16 tokens, heads per program, dims split over programs.
 large: T = 4096, 32768 with prefill runs; K alone, V alone, warps, 5D V
        groups on or off, dims split, and the NHD window/head choices.
+third: the 5D rows behind the NHD peer (heads per program, groups, decode windows).
+occupancy: the same 5D rows with register caps (maxnreg) and 2 / 8 warps.
+parts: K and V halves alone over windows, heads per program and warps.
 Times are CUDA-graph replay medians in us; ratio = time / byte floor.
 """
 
@@ -142,4 +145,40 @@ if which == "third":
                                   if (D // ds) >= 32]
         for T, slots in ((16, "decode"), (128, "decode"), (1024, "runs")):
             sweep(H, D, T, slots, small)
+if which == "occupancy":
+    # Register caps (more resident CTAs, more bytes in flight) and warps per
+    # CTA for the 5D rows still behind the NHD peer; K and V halves alone too.
+    for H, D in ((2, 256), (8, 128)):
+        cfgs = [("5d", None)]
+        for cap in (64, 48, 40, 32):
+            cfgs.append(("5d", dict(maxnreg=cap)))
+        for nw in (2, 8):
+            cfgs.append(("5d", dict(num_warps=nw)))
+            cfgs.append(("5d", dict(num_warps=nw, maxnreg=48)))
+        for part in ("k", "v"):
+            cfgs.append(("5d", dict(parts=part)))
+            cfgs.append(("5d", dict(parts=part, maxnreg=48)))
+            cfgs.append(("5d", dict(parts=part, maxnreg=32)))
+        cfgs.append(("nhd", None))
+        for T in (4096, 32768):
+            sweep(H, D, T, "runs", cfgs)
+        small = [("5d", None), ("5d", dict(maxnreg=48)), ("5d", dict(maxnreg=32)),
+                 ("5d", dict(num_warps=2)), ("5d", dict(num_warps=2, maxnreg=48))]
+        for T, slots in ((128, "decode"), (1024, "runs")):
+            sweep(H, D, T, slots, small)
+if which == "parts":
+    # K and V halves alone over window / heads-per-program / warps: how fast
+    # could each half be with a configuration of its own?
+    for H, D in ((2, 256), (8, 128)):
+        cfgs = [("5d", None), ("nhd", None), ("nhd", dict(parts="k")), ("nhd", dict(parts="v"))]
+        for part in ("k", "v"):
+            for bt in (16, 32, 64):
+                for hb in (1, 2, 4):
+                    if hb > H or hb * D > 512:
+                        continue
+                    for nw in (4, 8):
+                        cfgs.append(("5d", dict(parts=part, block_t=bt, heads_per_program=hb,
+                                                num_warps=nw, groups=D < 256, d_split=1)))
+        for T in (4096, 32768):
+            sweep(H, D, T, "runs", cfgs)
 print(f"done in {time.time() - t0:.0f}s", flush=True)

@@ -604,7 +604,8 @@ def _native_fp8_ok(device: torch.device, fp8_dtype: torch.dtype) -> bool:
     return (major, minor) >= (8, 9)
 
 
-_CONFIG_KEYS = ("block_t", "heads_per_program", "d_split", "split_kv", "num_warps", "groups", "parts")
+_CONFIG_KEYS = ("block_t", "heads_per_program", "d_split", "split_kv", "num_warps", "groups", "parts",
+                "maxnreg")
 
 
 def _heads_per_program(H: int, D: int, elements: int) -> int:
@@ -633,7 +634,8 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
     ``num_warps``, ``groups`` (5D V: detect complete aligned groups of 16 slots
     and store them as whole 16-byte vectors; without it every V byte is stored
     on its own and the L2 cache merges the bytes of a group), ``parts`` ("kv";
-    "k" or "v" run one half alone, for benchmarks only).
+    "k" or "v" run one half alone, for benchmarks only), ``maxnreg`` (None, or
+    a cap on registers per thread, passed to Triton on NVIDIA only).
 
     From two H200 sweeps on 2026-11-29 (docs/benchmarks-fp8-write.md, "Second
     sweep"): small windows for decode sizes (more programs, each one short);
@@ -643,7 +645,7 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
     """
     D = max(DK, DV)
     cfg = {"block_t": 16, "heads_per_program": 1, "d_split": 1, "split_kv": True,
-           "num_warps": 4, "groups": False, "parts": "kv"}
+           "num_warps": 4, "groups": False, "parts": "kv", "maxnreg": None}
     if layout_5d:
         if T > 1024 and D < 256:
             cfg.update(groups=True, heads_per_program=_heads_per_program(H, D, 256))
@@ -699,6 +701,9 @@ def _check_config(cfg: dict, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
         raise ValueError(f"_config d_split: expected a power of two leaving >= {min_chunk} dims per program, got {ds}")
     if cfg["parts"] not in ("kv", "k", "v") or (cfg["parts"] != "kv" and not cfg["split_kv"]):
         raise ValueError(f"_config parts: expected 'kv', or 'k' / 'v' with split_kv, got {cfg['parts']!r}")
+    cap = cfg["maxnreg"]
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or not 16 <= cap <= 255):
+        raise ValueError(f"_config maxnreg: expected None or an int in 16..255, got {cap!r}")
     cfg["groups"] = groups
     return cfg
 
@@ -772,6 +777,8 @@ def write_kv_fp8(
     large = biggest > _INT32_LIMIT
     grid = (triton.cdiv(T, block_t), (H // hb) * ds, 2 if split and cfg["parts"] == "kv" else 1)
     kwargs = {"num_warps": cfg["num_warps"]}
+    if cfg["maxnreg"] is not None and device.type == "cuda" and torch.version.hip is None:
+        kwargs["maxnreg"] = cfg["maxnreg"]
     _write_kv_fp8_kernel[grid](
         k,
         v,

@@ -201,6 +201,8 @@ CONFIGS = [
     dict(groups=False, block_t=4, split_kv=False, heads_per_program=2),
     dict(groups=False, block_t=8, split_kv=True, heads_per_program=2, d_split=2),
     dict(groups=False, block_t=16, split_kv=True, heads_per_program=1, d_split=2),
+    # a register cap is a launch option only (ignored off NVIDIA GPUs)
+    dict(groups=True, block_t=16, split_kv=True, heads_per_program=2, maxnreg=40),
 ]
 
 
@@ -279,6 +281,8 @@ def test_launch_config_is_valid_for_any_shape():
     (dict(d_split=4), "d_split"),  # 32 dims / 4 < one 16-byte vector
     (dict(parts="k", split_kv=False), "parts"),
     (dict(windows=4), "unknown"),
+    (dict(maxnreg=8), "maxnreg"),
+    (dict(maxnreg=64.0), "maxnreg"),
 ])
 def test_bad_private_config_raises_before_writing(bad, match):
     g = _gen(43)
@@ -304,6 +308,28 @@ def test_run_aligned_to_the_slot_grid_not_to_the_token_grid(offset):
     v = ref.make_input(T, H, D, torch.float16, gen=g)
     kc, vc = ref.make_caches("5d", n_blocks, page, H, D, D, gen=g, typed=FNUZ)
     _write_and_check(k, v, kc, vc, loc, torch.tensor(2.5), 0.01, FNUZ, "5d")
+
+
+@pytest.mark.parametrize("block_t", [16, 32])
+def test_group_candidates_that_are_not_complete_groups(block_t):
+    """Tokens that look like group leaders from their own slot and the slot X-1
+    tokens later, but whose groups are broken: two such candidates in one
+    X-block, a candidate with a foreign slot inside, and then a real group.
+    Every byte must still land (the byte path takes what the vector path
+    does not)."""
+    g = _gen(71 + block_t)
+    H, D, page, n_blocks = 2, 32, 64, 4
+    two = [0] + list(range(16, 30)) + [15, 31]  # candidates at tokens 0 (0..15) and 1 (16..31)
+    broken = list(range(64, 80))
+    broken[9] = 200  # starts at 64, ends at 79, a foreign slot inside
+    real = list(range(128, 144))  # a complete group
+    loc = torch.tensor(two + broken + real + [-1] * 3, dtype=torch.int64)
+    T = loc.numel()
+    k = ref.make_input(T, H, D, torch.bfloat16, gen=g)
+    v = ref.make_input(T, H, D, torch.bfloat16, gen=g)
+    kc, vc = ref.make_caches("5d", n_blocks, page, H, D, D, gen=g, typed=FN)
+    _write_and_check(k, v, kc, vc, loc, 0.5, 0.75, FN, "5d",
+                     _config=dict(groups=True, block_t=block_t))
 
 
 @pytest.mark.parametrize("layout", ["5d", "nhd"])
