@@ -351,10 +351,9 @@ def block_table_from_token_slots(kv_indptr, token_slots, page_size: int, batch_s
 
 
 def _page_table_2d(table, batch_size: int):
-    torch = _torch()
+    """The first ``batch_size`` rows of a 2-D page table, in its own integer
+    dtype (the Triton kernels read int32 and int64; the aiter path casts)."""
     t = table[:batch_size]
-    if t.dtype != torch.int32:
-        t = t.to(torch.int32)
     if t.stride(-1) != 1:
         t = t.contiguous()
     return t
@@ -441,9 +440,10 @@ def forward_decode_vectorized_5d(backend, q, layer, forward_batch, k_cache, v_ca
     else:  # flat per-token slots + kv_indptr (decode without a page table)
         max_len = _max_kv_len(backend, forward_batch, table.shape[0])
         block_tables = block_table_from_token_slots(meta.kv_indptr, table, page, bs, max_len)
+    # SGLang keeps seq_lens as int64. aiter takes int32 lengths and page
+    # tables (cast below, on its path only); the Triton kernel reads either,
+    # so the portable path launches no cast kernel per layer.
     context_lens = forward_batch.seq_lens[:bs]
-    if context_lens.dtype != torch.int32:
-        context_lens = context_lens.to(torch.int32)
 
     key = ConfigKey(
         "pa_decode_gluon", _dname(q.dtype), _dname(kv_dtype), page, d, dv, hq, hkv,
@@ -453,6 +453,10 @@ def forward_decode_vectorized_5d(backend, q, layer, forward_batch, k_cache, v_ca
         key, _DECODE_FNS, lambda: _decode_unsupported(q3, o3, kv_dtype, hq, hkv, d, dv, cap)
     )
     if impl == "aiter":
+        if context_lens.dtype != torch.int32:
+            context_lens = context_lens.to(torch.int32)
+        if block_tables.dtype != torch.int32:
+            block_tables = block_tables.to(torch.int32)
         try:
             _decode_aiter(
                 fns, backend, layer, q3, o3, k_cache, v_cache, block_tables, context_lens,

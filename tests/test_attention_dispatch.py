@@ -267,6 +267,9 @@ def test_decode_logit_cap_uses_portable_once(monkeypatch, strict_aiter, portable
     assert not strict_aiter._fake.calls("pa_decode_gluon")
     assert len(portable.calls) == 2 and portable.calls[0][1]["logit_cap"] == 3.0
     assert len([r for r in caplog.records if "soft-cap" in r.getMessage()]) == 1
+    # the portable path takes SGLang's int64 seq_lens as they are (no cast kernel per layer)
+    lens = portable.calls[0][1]["context_lens"]
+    assert lens.dtype == torch.int64 and lens.data_ptr() == s.fb.seq_lens.data_ptr()
 
 
 def test_decode_no_matching_kernel_falls_back_once(monkeypatch, strict_aiter, portable, caplog):

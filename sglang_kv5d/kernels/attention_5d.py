@@ -904,9 +904,9 @@ def decode_attention_5d(
 ) -> torch.Tensor:
     """Paged decode attention over SHUFFLE 5D K/V caches.
 
-    q ``(B, H_q, D)``; block_tables ``(B, max_blocks)`` physical block ids;
-    context_lens ``(B,)`` KV length *including* the current token (already in the
-    cache). Query head ``h`` reads KV head ``h // (H_q // H_kv)``. The decode token
+    q ``(B, H_q, D)``; block_tables ``(B, max_blocks)`` int32/int64 physical
+    block ids; context_lens ``(B,)`` int32/int64 KV length *including* the
+    current token (already in the cache). Query head ``h`` reads KV head ``h // (H_q // H_kv)``. The decode token
     sits at position ``ctx - 1`` and, with ``sliding_window = W > 0``, sees keys
     ``ctx - 1 - W .. ctx - 1`` (W + 1 keys; SGLang's exclusive
     ``sliding_window_size``; see the module docstring for how SGLang's own Triton
@@ -932,6 +932,9 @@ def decode_attention_5d(
         raise ValueError("out must be (B, H_q, D) with a contiguous last dim")
     if block_tables.stride(1) != 1:
         block_tables = block_tables.contiguous()
+    for name, t in (("block_tables", block_tables), ("context_lens", context_lens)):
+        if t.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"{name}: expected int32 or int64, got {t.dtype}")
 
     if _config is None:
         _config = _decode_config(D, G, page, X, fp8_mode > 0, work=B * H_kv)
@@ -981,7 +984,8 @@ def decode_attention_5d(
     if num_splits is None:
         # everything the compiled kernel depends on, as a flat tuple (cheap to hash
         # on every call); the kernel is compiled (not launched) on the first miss
-        key = (q.device, q.dtype, k.dtype, out.dtype, H_kv, G, head_tiles, D, block_n, block_h,
+        key = (q.device, q.dtype, k.dtype, out.dtype, block_tables.dtype, context_lens.dtype,
+               H_kv, G, head_tiles, D, block_n, block_h,
                num_warps, num_stages, bool(load3d), tuple(rest), page, X, fp8_mode, fp8_mul, kis, vis,
                has_window, has_cap, has_sink, split_pdl)
 

@@ -390,8 +390,8 @@ class PortableRecorder:
                                           context_lens=context_lens, sm_scale=sm_scale, k_scale=k_scale,
                                           v_scale=v_scale, fp8_dtype=fp8_dtype, sliding_window=sliding_window,
                                           sinks=sinks, logit_cap=logit_cap)))
-        assert block_tables.dtype == torch.int32 and block_tables.dim() == 2
-        assert context_lens.dtype == torch.int32
+        assert block_tables.dtype in (torch.int32, torch.int64) and block_tables.dim() == 2
+        assert context_lens.dtype in (torch.int32, torch.int64)  # the kernel reads both
         page = k_cache.shape[3]
         res = torch.empty(q.shape[0], q.shape[1], v_cache.shape[3], dtype=torch.float64)
         for b in range(q.shape[0]):

@@ -222,6 +222,25 @@ def test_decode_window_semantics_exact_keys():
     assert seen == list(range(ctx - 1 - W, ctx)), seen  # W + 1 keys: p - W .. p
 
 
+def test_decode_reads_int64_tables_and_lengths():
+    """SGLang's seq_lens are int64: the kernel reads them (and int64 page tables)
+    as they are, bit for bit the same as int32; other dtypes are refused."""
+    gen = torch.Generator().manual_seed(5)
+    ctx_lens, page, H_q, H_kv, D = [70, 33, 5], 16, 4, 2, 64
+    nb = sum(-(-c // page) for c in ctx_lens) + 2
+    k5, v5 = make_cache(nb, page, H_kv, D, torch.bfloat16, gen=gen)
+    bt = make_tables(ctx_lens, page, nb, gen=gen)
+    q = torch.randn(len(ctx_lens), H_q, D, generator=gen).bfloat16()
+    ctx = torch.tensor(ctx_lens, dtype=torch.int32)
+    a = A.decode_attention_5d(q, k5, v5, bt, ctx, sm_scale=0.125, num_splits=2)
+    b = A.decode_attention_5d(q, k5, v5, bt.long(), ctx.long(), sm_scale=0.125, num_splits=2)
+    assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+    with pytest.raises(TypeError, match="context_lens"):
+        A.decode_attention_5d(q, k5, v5, bt, ctx.float(), sm_scale=0.125)
+    with pytest.raises(TypeError, match="block_tables"):
+        A.decode_attention_5d(q, k5, v5, bt.float(), ctx, sm_scale=0.125)
+
+
 def test_decode_empty_batch():
     k5 = torch.randn(2, 1, 8, 16, 8).bfloat16()
     v5 = torch.randn(2, 1, 2, 64, 8).bfloat16()
