@@ -4,8 +4,8 @@
     python scripts/gpu/attention_sweep_occupancy.py OUT.json [budget_s] [regcap]
 
 ``regcap``: instead, register caps that let 4 or 5 CTAs share an SM (maxnreg
-128 / 96) against the shipped configuration, each at the default split
-count for its own occupancy.
+128 / 96) against the shipped configuration and the same tiles uncapped,
+each at the default split count for its own occupancy.
 
 For each bf16 D=256 shape at bs >= 32 (and one fp8 control row): SGLang's
 Triton decode at its best split count, then ours for a few tile configs
@@ -87,9 +87,10 @@ def main() -> int:
         shapes = [(32, 8192, 16, 2, "bf16"), (32, 8192, 4, 1, "bf16"), (128, 8192, 16, 2, "bf16"),
                   (128, 8192, 4, 1, "bf16"), (32, 1024, 16, 2, "bf16"), (32, 1024, 4, 1, "bf16"),
                   (32, 32768, 16, 2, "bf16"), (128, 32768, 4, 1, "bf16"), (32, 8192, 4, 1, "fp8_e4m3fn"),
-                  (32, 8192, 16, 2, "fp8_e4m3fn")]
-        configs = [None, (32, 16, 4, 3, True, 128), (32, 16, 4, 2, True, 128), (32, 16, 4, 3, True, 96),
-                   (64, 16, 4, 2, True, 128), (16, 16, 4, 3, True, 96)]
+                  (32, 8192, 16, 2, "fp8_e4m3fn"), (128, 1024, 4, 1, "bf16"), (128, 1024, 16, 2, "bf16")]
+        configs = [None, (32, 16, 4, 3, True), (64, 16, 4, 3, True), (32, 16, 4, 3, True, 128),
+                   (32, 16, 4, 2, True, 128), (32, 16, 4, 3, True, 96), (64, 16, 4, 2, True, 128),
+                   (16, 16, 4, 3, True, 96)]
 
     def save():
         with open(out_path, "w") as f:

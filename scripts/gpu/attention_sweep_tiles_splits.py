@@ -92,7 +92,7 @@ def main() -> int:
                 if best is None or us < best["us"]:
                     best = row
         print("shape", shape, "default", _decode_config(256, hq // hkv, 64, 16 if kv != "bf16" else 8,
-                                                        kv != "bf16", work=bs * hkv),
+                                                        kv != "bf16"),
               "splits", d, "peer", peer_best, "best", best and (best["config"], best["splits"], round(best["us"], 2),
                                                                  round(best["vs_peer"], 3)),
               f"t={time.time() - t0:.0f}s", flush=True)

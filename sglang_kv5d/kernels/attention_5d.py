@@ -748,32 +748,23 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def _decode_config(D: int, G: int, page: int, X: int, fp8: bool, work: int = 0):
+def _decode_config(D: int, G: int, page: int, X: int, fp8: bool):
     """(BLOCK_N, BLOCK_H, num_warps, num_stages, LOAD3D[, maxnreg]) for the decode kernel.
 
-    ``work`` is batch x KV heads (0: unknown). ``maxnreg`` (NVIDIA only, ignored
-    elsewhere) caps the registers per thread so that one more CTA fits on an SM.
+    ``maxnreg`` (NVIDIA only, ignored elsewhere; none of the defaults set it)
+    caps the registers per thread.
 
-    From an H200 sweep (scripts/gpu/attention_sweep.py): small tiles with a deep
-    cp.async pipeline and several CTAs per SM stream best; fp8 at D=256 prefers
-    64-token tiles (half the bytes per tile).
+    From H200 sweeps (scripts/gpu/attention_sweep*.py): small tiles with a deep
+    cp.async pipeline stream best; 64-token tiles with 3 stages wherever pages
+    allow. (Before the page-aligned tiles were loaded as one flat axis, bf16
+    D=256 preferred 32-token tiles, with a register cap at 128 or more
+    sequence x KV-head pairs; with every sector fetched once, 64-token tiles
+    win on every bf16 D=256 shape measured: 2-20%, docs/benchmarks-attention.md,
+    fourth session.)
     """
     block_h = max(16, min(64, _pow2(G)))
     BD = _pow2(D)
-    if not fp8 and BD >= 256 and block_h == 16 and work >= 128 and page % 32 == 0:
-        # bf16/fp16 at D=256 with 128 or more (sequence, KV head) pairs: 32-token
-        # tiles at 128 registers (a few spills), 4 CTAs per SM instead of 3
-        # (H200, docs/benchmarks-attention.md, third session: bs 128 4/1 ctx 32k
-        # 1331 us against 1386; 16/2 ctx 8k 683 us against 713 with 64-token
-        # tiles). Fewer pairs lose with the cap (bs 32 4/1 ctx 8k 105.7 us
-        # against 102.4).
-        return 32, block_h, 4, 3, True, 128
-    if not fp8 and BD >= 256 and 0 < work < 256 and page % 32 == 0:
-        # bf16/fp16 at D=256 with fewer than 256 (sequence, KV head) pairs:
-        # 32-token tiles keep more CTAs resident (H200 sweep, docs/benchmarks.md:
-        # bs 128 4/1 ctx 8k 360 us against 453 us with 64-token tiles).
-        block_n, num_stages = 32, 3
-    elif page % 64 == 0:
+    if page % 64 == 0:
         # Second H200 sweep: 64-token tiles, 3 stages beat 32x3 by 26-37% (bf16)
         # and 64x2 (fp8) at D=128/256.
         block_n, num_stages = 64, 3
@@ -937,7 +928,7 @@ def decode_attention_5d(
             raise TypeError(f"{name}: expected int32 or int64, got {t.dtype}")
 
     if _config is None:
-        _config = _decode_config(D, G, page, X, fp8_mode > 0, work=B * H_kv)
+        _config = _decode_config(D, G, page, X, fp8_mode > 0)
     block_n, block_h, num_warps, num_stages, load3d, *rest = _config
     nvidia = q.device.type == "cuda" and not _interpreting() and not getattr(torch.version, "hip", None)
     launch_opts = {"maxnreg": int(rest[0])} if rest and rest[0] and nvidia else {}

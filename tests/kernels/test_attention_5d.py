@@ -276,14 +276,15 @@ def test_default_splits_from_shapes_only(monkeypatch):
     assert A.default_num_splits(1, 1, 1, 32768, dev, resident=4) == 256
 
 
-def test_decode_config_register_cap_only_for_many_bf16_d256_pairs():
-    # bf16 D=256, 128+ (sequence, KV head) pairs: 32-token tiles capped at 128 registers
-    assert A._decode_config(256, 4, 64, 8, False, work=128) == (32, 16, 4, 3, True, 128)
-    assert A._decode_config(256, 8, 64, 8, False, work=256) == (32, 16, 4, 3, True, 128)
-    # fewer pairs, fp8, D=128: no cap
-    assert len(A._decode_config(256, 4, 64, 8, False, work=64)) == 5
-    assert len(A._decode_config(256, 4, 64, 16, True, work=256)) == 5
-    assert len(A._decode_config(128, 4, 64, 8, False, work=1024)) == 5
+def test_decode_config_takes_64_token_tiles_where_pages_allow():
+    # every dtype and head dim, pages of 64: 64-token tiles, 3 stages, no register cap
+    for D, X, fp8 in ((256, 8, False), (256, 16, True), (128, 8, False), (128, 16, True)):
+        assert A._decode_config(D, 4, 64, X, fp8) == (64, 16, 4, 3, True)
+    # pages of 32 / 16: tiles no longer than a page
+    assert A._decode_config(256, 8, 32, 8, False)[0] == 32
+    assert A._decode_config(256, 8, 16, 16, True)[0] == 16
+    # 64 query heads per KV head at D=256: 8 warps
+    assert A._decode_config(256, 64, 64, 8, False)[:3] == (64, 64, 8)
 
 
 def test_register_cap_is_ignored_off_nvidia():
