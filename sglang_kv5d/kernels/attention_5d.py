@@ -897,11 +897,11 @@ def decode_attention_5d(
 
     q ``(B, H_q, D)``; block_tables ``(B, max_blocks)`` int32/int64 physical
     block ids; context_lens ``(B,)`` int32/int64 KV length *including* the
-    current token (already in the cache). Query head ``h`` reads KV head ``h // (H_q // H_kv)``. The decode token
-    sits at position ``ctx - 1`` and, with ``sliding_window = W > 0``, sees keys
-    ``ctx - 1 - W .. ctx - 1`` (W + 1 keys; SGLang's exclusive
-    ``sliding_window_size``; see the module docstring for how SGLang's own Triton
-    decode and aiter differ). Returns ``out`` ``(B, H_q, D)`` in q's dtype.
+    current token (already in the cache). Query head ``h`` reads KV head
+    ``h // (H_q // H_kv)``. The decode token sits at position ``ctx - 1`` and,
+    with ``sliding_window = W > 0``, sees keys ``ctx - 1 - W .. ctx - 1`` (W + 1
+    keys; SGLang's exclusive ``sliding_window_size``; see the module docstring
+    for how SGLang's own Triton decode and aiter differ). Returns ``out`` ``(B, H_q, D)`` in q's dtype.
     """
     if q.dim() != 3:
         raise ValueError(f"q must be (B, H_q, D), got {tuple(q.shape)}")
