@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Split counts for bs = 1 decode (the 3x-peer target), ours against the peer.
 
-    python scripts/gpu/attention_sweep_bs1.py OUT.json [tiles]
+    python scripts/gpu/attention_sweep_bs1.py OUT.json [tiles|short]
 
 Each bs = 1 row of the benchmark at ctx 8k and 32k: SGLang's Triton decode at its
 best split count, ours at the default and at fixed counts up to 256 (splits of
@@ -9,6 +9,8 @@ best split count, ours at the default and at fixed counts up to 256 (splits of
 
 ``tiles``: only the rows still short of 3x the peer, each over tile
 configurations (BLOCK_N, BLOCK_H, num_warps, num_stages, LOAD3D) x split counts.
+``short``: the bs = 1 rows at ctx 1k, 64- and 32-token tiles x 8 .. 32 splits
+(splits shorter than a tile leave it partly empty).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def main() -> int:
     from sglang_kv5d.kernels import attention_5d as A
 
     out_path = sys.argv[1]
-    tiles = len(sys.argv) > 2 and sys.argv[2] == "tiles"
+    mode = sys.argv[2] if len(sys.argv) > 2 else ""
     t0 = time.time()
     peer, peer_src = load_peer()
     res = {"peer": peer_src, "rows": []}
@@ -39,7 +41,12 @@ def main() -> int:
               for kv in ("bf16", "fp8_e4m3fn")]
     configs = [None]
     split_counts = (None, 96, 132, 176, 198, 256)
-    if tiles:
+    if mode == "short":
+        shapes = [(1024, hq, hkv, D, kv) for hq, hkv, D in ((4, 1, 256), (16, 2, 256), (32, 8, 128))
+                  for kv in ("bf16", "fp8_e4m3fn")]
+        configs = [None, (32, 16, 4, 3, True)]
+        split_counts = (None, 8, 16, 32)
+    if mode == "tiles":
         shapes = [(8192, 16, 2, 256, "bf16"), (8192, 16, 2, 256, "fp8_e4m3fn"),
                   (8192, 32, 8, 128, "bf16"), (8192, 32, 8, 128, "fp8_e4m3fn"),
                   (32768, 32, 8, 128, "fp8_e4m3fn")]
