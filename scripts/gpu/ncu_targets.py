@@ -9,6 +9,7 @@ TARGET: attn-ours | attn-peer   bf16 D=256, H_q/H_kv = 16/2, bs 32, ctx 8k (the
                                 its default split count, the peer at 8 splits
         write-5d | write-nhd    fused FP8 write, H=8 D=128, T=32768, prefill runs
                                 (the 5D row furthest behind NHD)
+        write-5d-k | write-5d-v the K or the V half of write-5d alone
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def main() -> int:
         v = torch.randn(T, H, D, device=dev).to(torch.bfloat16)
         loc = prefill_loc(T, n_pages * page, page, gen=torch.Generator().manual_seed(1), device=dev)
         fn8 = torch.float8_e4m3fn
-        if target == "write-5d":
+        if target.startswith("write-5d"):
             kc = torch.zeros(n_pages, H, D // 16, page, 16, dtype=torch.uint8, device=dev).view(fn8)
             vc = torch.zeros(n_pages, H, page // 16, D, 16, dtype=torch.uint8, device=dev).view(fn8)
         else:
@@ -57,8 +58,10 @@ def main() -> int:
             vc = torch.zeros(n_pages * page, H, D, dtype=torch.uint8, device=dev).view(fn8)
         ks = torch.tensor([0.75], device=dev)
 
+        part = {"write-5d-k": dict(parts="k"), "write-5d-v": dict(parts="v")}.get(target)
+
         def fn():
-            write_kv_fp8(k, v, kc, vc, loc, ks, ks)
+            write_kv_fp8(k, v, kc, vc, loc, ks, ks, _config=part)
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
