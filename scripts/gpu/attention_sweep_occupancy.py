@@ -44,18 +44,14 @@ class _Capture:
         return launch
 
 
-def resident_ctas(ck, props) -> dict:
-    regs = int(getattr(ck, "n_regs", 0) or 0)
-    warps = int(ck.metadata.num_warps)
-    shared = int(ck.metadata.shared)
-    per_warp = -(-max(regs, 1) * 32 // 256) * 256
-    by_regs = 65536 // (per_warp * warps)
-    smem_sm = int(getattr(props, "shared_memory_per_multiprocessor", 233472))
-    by_smem = smem_sm // (shared + 1024) if shared else 32
-    by_threads = int(getattr(props, "max_threads_per_multi_processor", 2048)) // (32 * warps)
-    return dict(regs=regs, spills=int(getattr(ck, "n_spills", 0) or 0), shared=shared, warps=warps,
-                by_regs=by_regs, by_smem=by_smem, by_threads=by_threads,
-                resident=max(1, min(by_regs, by_smem, by_threads, 32)))
+def occupancy(ck, device) -> dict:
+    """Registers, spills, shared memory and warps of a launched CompiledKernel,
+    with the resident CTAs per SM the shipped split rule derives from them."""
+    from sglang_kv5d.kernels.attention_5d import resident_ctas_of
+
+    return dict(regs=int(getattr(ck, "n_regs", 0) or 0), spills=int(getattr(ck, "n_spills", 0) or 0),
+                shared=int(ck.metadata.shared), warps=int(ck.metadata.num_warps),
+                resident=resident_ctas_of(ck, device))
 
 
 def main() -> int:
@@ -128,7 +124,7 @@ def main() -> int:
                 try:
                     fn()
                     if occ is None and (s is None or s > 1):
-                        occ = resident_ctas(cap.last, props)
+                        occ = occupancy(cap.last, torch.device("cuda"))
                         res["kernels"][f"{shape}|{cfg}"] = occ
                     us = graph_replay_median_us(fn, inner=5, reps=10, warmup=2)
                 except Exception as exc:  # noqa: BLE001 - recorded

@@ -846,19 +846,25 @@ def _decode_resident(device: torch.device, key: tuple, warmup) -> Optional[int]:
     try:
         ck = warmup()
         ck.run  # noqa: B018 - loads the binary, which fills n_regs
-        props = torch.cuda.get_device_properties(device)
-        resident = resident_ctas_per_sm(
-            int(ck.n_regs),
-            int(ck.metadata.num_warps),
-            int(ck.metadata.shared),
-            regs_per_sm=int(getattr(props, "regs_per_multiprocessor", 65536) or 65536),
-            smem_per_sm=int(getattr(props, "shared_memory_per_multiprocessor", 233472) or 233472),
-            threads_per_sm=int(getattr(props, "max_threads_per_multi_processor", 2048) or 2048),
-        )
+        resident = resident_ctas_of(ck, device)
     except Exception:  # noqa: BLE001 - the two-wave rule stays available
         resident = None
     _RESIDENT[key] = resident
     return resident
+
+
+def resident_ctas_of(compiled, device: torch.device) -> int:
+    """``resident_ctas_per_sm`` for a loaded Triton CompiledKernel (registers,
+    warps, shared memory) on ``device``'s SM limits."""
+    props = torch.cuda.get_device_properties(device)
+    return resident_ctas_per_sm(
+        int(compiled.n_regs),
+        int(compiled.metadata.num_warps),
+        int(compiled.metadata.shared),
+        regs_per_sm=int(getattr(props, "regs_per_multiprocessor", 65536) or 65536),
+        smem_per_sm=int(getattr(props, "shared_memory_per_multiprocessor", 233472) or 233472),
+        threads_per_sm=int(getattr(props, "max_threads_per_multi_processor", 2048) or 2048),
+    )
 
 
 def _use_pdl(device: torch.device) -> bool:
@@ -901,7 +907,8 @@ def decode_attention_5d(
     ``h // (H_q // H_kv)``. The decode token sits at position ``ctx - 1`` and,
     with ``sliding_window = W > 0``, sees keys ``ctx - 1 - W .. ctx - 1`` (W + 1
     keys; SGLang's exclusive ``sliding_window_size``; see the module docstring
-    for how SGLang's own Triton decode and aiter differ). Returns ``out`` ``(B, H_q, D)`` in q's dtype.
+    for how SGLang's own Triton decode and aiter differ). Returns ``out``
+    ``(B, H_q, D)`` in q's dtype.
     """
     if q.dim() != 3:
         raise ValueError(f"q must be (B, H_q, D), got {tuple(q.shape)}")

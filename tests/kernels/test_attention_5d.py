@@ -314,6 +314,20 @@ def test_resident_ctas_per_sm_limits():
     assert A.resident_ctas_per_sm(16, 1, 0) == 32
 
 
+def test_resident_ctas_of_a_compiled_kernel_uses_the_device_limits(monkeypatch):
+    """Registers, warps and shared memory come from the compiled kernel, the SM
+    limits from the device's properties (here a smaller SM than sm_90's)."""
+    from types import SimpleNamespace
+
+    ck = SimpleNamespace(n_regs=168, metadata=SimpleNamespace(num_warps=4, shared=41988))
+    props = SimpleNamespace(regs_per_multiprocessor=65536, shared_memory_per_multiprocessor=101376,
+                            max_threads_per_multi_processor=1536)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    assert A.resident_ctas_of(ck, torch.device("cuda")) == 2  # shared memory: 101376 // 43012
+    props.shared_memory_per_multiprocessor = 233472
+    assert A.resident_ctas_of(ck, torch.device("cuda")) == 3  # registers, as on the H200
+
+
 def test_split_count_is_reported_and_interpreter_uses_the_two_wave_rule():
     g = torch.Generator().manual_seed(5)
     k5 = torch.randn(4, 1, 8, 16, 8, generator=g).bfloat16()
