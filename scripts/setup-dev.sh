@@ -10,20 +10,42 @@
 #   .cache/wheels            SGLang wheels for the surface contract tests
 #                            (read as source, never installed or imported).
 #
-# Idempotent: re-running skips what is already there.
+# Idempotent: re-running skips what is already there. Stops at the first failed
+# step with a message naming it (exit 1); never reports "ready" after a failure.
+#
+#   PYTHON=...                   interpreter for the venv (default python3.11)
+#   SETUP_DEV_MIN_FREE_GB=N      free disk needed before the torch install
+#                                (default 9: the CUDA build unpacks to ~5.6 GB)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 VENV=.venv
+MIN_FREE_GB=${SETUP_DEV_MIN_FREE_GB:-9}
 log() { printf '[setup-dev] %s\n' "$*" >&2; }
-quiet_pip() { "$@" 2>&1 | grep -v "is ignored: it is neither" || true; }
+die() { log "FAILED: $*"; exit 1; }
+free_gb() { df -Pk . | awk 'NR == 2 { printf "%d", $4 / 1048576 }'; }
+# pip with one noisy line filtered out; pip's own exit status decides.
+quiet_pip() {
+  local rc
+  set +e
+  "$@" 2>&1 | { grep -v "is ignored: it is neither" || true; }
+  rc=${PIPESTATUS[0]}
+  set -e
+  if [ "$rc" -ne 0 ]; then
+    die "'$*' exited $rc (see pip's message above; $(free_gb) GB free on $(pwd))"
+  fi
+}
 
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV with $($PY --version)"
-  "$PY" -m venv "$VENV"
+  "$PY" -m venv "$VENV" || die "'$PY -m venv $VENV' failed"
 fi
 PIP="$VENV/bin/python -m pip"
 if ! "$VENV/bin/python" -c "import torch, torchvision, triton" 2>/dev/null; then
+  have=$(free_gb)
+  if [ "$have" -lt "$MIN_FREE_GB" ]; then
+    die "torch needs about $MIN_FREE_GB GB of free disk, $(pwd) has $have GB; free some space (old venvs, clones, pip caches) and run this again"
+  fi
   log "installing torch 2.14.1 / torchvision 0.29.1 (local cache on dev machines)"
   quiet_pip $PIP install -q torch==2.14.1 torchvision==0.29.1
 fi
