@@ -182,7 +182,10 @@ def test_cuda_graph_replay_reads_scales_and_slots_on_device(fw, ref, layout):
     assert torch.equal(kc.view(torch.uint8), ek) and torch.equal(vc.view(torch.uint8), ev)
 
 
-def test_caches_over_2gib_use_64bit_offsets(fw, ref):
+@pytest.mark.parametrize("cfg", [None, dict(groups=True, block_t=16)], ids=["default", "v-groups"])
+def test_caches_over_2gib_use_64bit_offsets(fw, ref, cfg):
+    """The last 48 slots of a >2 GiB pool, bytes one by one (default at T=52)
+    and as three complete V groups (the group path's 64-bit addressing)."""
     dev = torch.device("cuda")
     H, D, page = 8, 128, 64
     nb = (2**31) // (H * D * page) + 64  # > 2**31 bytes per cache
@@ -197,7 +200,7 @@ def test_caches_over_2gib_use_64bit_offsets(fw, ref):
     v = ref.make_input(T, H, D, torch.bfloat16, gen=gd, device=dev)
     top = nb * page
     loc = torch.cat([torch.arange(top - 48, top), torch.tensor([0, 1, page, top // 2])]).to(dev)
-    fw.write_kv_fp8(k, v, kc, vc, loc, 1.5, 0.5, fp8_dtype=FN)
+    fw.write_kv_fp8(k, v, kc, vc, loc, 1.5, 0.5, fp8_dtype=FN, _config=cfg)
     torch.cuda.synchronize()
     qk = ref.quantize_fp8_fp32(k, 1.5, FN)
     qv = ref.quantize_fp8_fp32(v, 0.5, FN)

@@ -332,6 +332,54 @@ def test_group_candidates_that_are_not_complete_groups(block_t):
                      _config=dict(groups=True, block_t=block_t))
 
 
+def _unaligned_input(T, H, D, dtype, gen):
+    """(T, H, D) input whose rows start 2 bytes past a 4-byte boundary."""
+    flat = ref.make_input(1, 1, T * H * D + 1, dtype, gen=gen).reshape(-1)
+    return flat[1:].view(T, H, D)
+
+
+def test_v_words_eligibility():
+    g = _gen(5)
+    assert fw._v_words_ok(ref.make_input(8, 2, 32, torch.bfloat16, gen=g))
+    assert fw._v_words_ok(ref.make_input(8, 2, 32, torch.float16, gen=g, token_pad=16))
+    assert not fw._v_words_ok(ref.make_input(8, 2, 32, torch.float32, gen=g))
+    assert not fw._v_words_ok(ref.make_input(8, 2, 32, torch.bfloat16, gen=g, token_pad=3))  # odd row stride
+    assert not fw._v_words_ok(_unaligned_input(8, 2, 32, torch.bfloat16, g))
+
+
+V_WORDS_CASES = [
+    # input dtype, unaligned rows, H, D, extra _config (groups on in every case)
+    (torch.bfloat16, False, 2, 32, dict(block_t=16, heads_per_program=2)),
+    (torch.bfloat16, False, 2, 64, dict(block_t=32, heads_per_program=2, num_warps=1)),  # 64 words in 2 chunks
+    (torch.float16, False, 1, 48, dict(block_t=16)),  # padded dims: 24 of 32 words per row
+    (torch.bfloat16, False, 2, 64, dict(block_t=16, d_split=2, split_kv=False)),
+    (torch.bfloat16, True, 2, 32, dict(block_t=16)),  # unaligned: the tile path
+    (torch.float16, True, 1, 48, dict(block_t=32)),
+]
+
+
+@pytest.mark.parametrize("case", V_WORDS_CASES, ids=lambda c: f"{str(c[0])[6:]}-{'unaligned' if c[1] else 'aligned'}-h{c[2]}-d{c[3]}-{len(c[4])}")
+def test_v_groups_transposed_in_registers_or_through_tiles_write_the_same_bytes(case):
+    """The group path with 32-bit words (v_words) and with tiles: both exact,
+    both the same bytes, on runs, broken groups and scattered slots."""
+    dtype, unaligned, H, D, extra = case
+    g = _gen(91 + D + H)
+    page, n_blocks, T = 32, 12, 150
+    k = ref.make_input(T, H, D, dtype, gen=g)
+    v = _unaligned_input(T, H, D, dtype, g) if unaligned else ref.make_input(T, H, D, dtype, gen=g, token_pad=32)
+    assert fw._v_words_ok(v) is not unaligned
+    loc = ref.loc_pattern("mixed", T, n_blocks * page, page, gen=g)
+    results = []
+    for words in (True, False):
+        kc, vc = ref.make_caches("5d", n_blocks, page, H, D, D, gen=_gen(3), typed=FN)
+        # (the share one step off float64 is a property of these inputs, as the
+        # bytes equal torch's fp32 quotient rounded to fp8; 37 of 14336 for D=64)
+        _write_and_check(k, v, kc, vc, loc, 0.37, torch.tensor([1.9]), FN, "5d", max_f64_share=4e-3,
+                         _config=dict(groups=True, v_words=words, **extra))
+        results.append(vc.view(torch.uint8).clone())
+    assert torch.equal(results[0], results[1])
+
+
 @pytest.mark.parametrize("layout", ["5d", "nhd"])
 def test_single_token_page_boundaries_and_skips(layout):
     g = _gen(11)
