@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device run for the fused FP8 write: GPU correctness tests, an optional
 # launch-config sweep, then the benchmark. Everything lands in $OUT.
-#   scripts/gpu/fp8_write_device.sh [--sweep] [--dtypes float8_e4m3fn,float8_e4m3fnuz]
+#   scripts/gpu/fp8_write_device.sh [--sweep [MODE]] [--no-bench] [--dtypes float8_e4m3fn,float8_e4m3fnuz]
+# MODE is a mode of scripts/gpu/fp8_write_sweep.py (default all).
 # Needs (carried, ignored): .device/fp8_write_peers (SGLang's two Triton kernel
 # files, for the peers and the round-trip test) and .device/pylib (pytest) when
 # the device has no pytest.
@@ -9,12 +10,15 @@ set -u
 OUT=${OUT:-/tmp/fp8_out}
 mkdir -p "$OUT"
 SWEEP=0
+SWEEP_MODE=all
+BENCH=1
 DTYPES=float8_e4m3fn,float8_e4m3fnuz
 TEST_TIMEOUT=${TEST_TIMEOUT:-110}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-170}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --sweep) SWEEP=1 ;;
+    --sweep) SWEEP=1; case "${2:-}" in ""|--*) ;; *) SWEEP_MODE="$2"; shift ;; esac ;;
+    --no-bench) BENCH=0 ;;
     --dtypes) DTYPES="$2"; shift ;;
   esac
   shift
@@ -30,9 +34,10 @@ echo "pytest rc=$? after $(( $(date +%s) - T0 ))s" | tee -a "$OUT/gpu_tests.txt"
 tail -5 "$OUT/gpu_tests.txt"
 if [ "$SWEEP" = 1 ]; then
   T1=$(date +%s)
-  timeout "${SWEEP_TIMEOUT:-80}" $PY scripts/gpu/fp8_write_sweep.py "$OUT/sweep.json" > "$OUT/sweep.txt" 2>&1
+  timeout "${SWEEP_TIMEOUT:-80}" $PY scripts/gpu/fp8_write_sweep.py "$OUT/sweep.json" "$SWEEP_MODE" > "$OUT/sweep.txt" 2>&1
   echo "sweep rc=$? after $(( $(date +%s) - T1 ))s" | tee -a "$OUT/sweep.txt"
 fi
+[ "$BENCH" = 1 ] || exit 0
 T2=$(date +%s)
 timeout "$BENCH_TIMEOUT" $PY scripts/gpu/fp8_write_bench.py "$OUT" "$DTYPES" > "$OUT/bench_stdout.txt" 2>&1
 echo "bench rc=$? after $(( $(date +%s) - T2 ))s" | tee -a "$OUT/bench_stdout.txt"

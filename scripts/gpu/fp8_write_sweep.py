@@ -3,7 +3,7 @@ defaults of fp8_write.launch_config and against SGLang's reshape_and_cache_flash
 (when importable), same run, same inputs. Rows go to OUT.json as they come, so
 a run cut short by a timeout still leaves its data.
 
-    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts]
+    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words]
 
 small: T = 1, 16, 128 with decode slots (distinct random) and T = 128, 1024
        with prefill runs; V bytes stored one by one (groups off) with windows of
@@ -13,6 +13,9 @@ large: T = 4096, 32768 with prefill runs; K alone, V alone, warps, 5D V
 third: the 5D rows behind the NHD peer (heads per program, groups, decode windows).
 occupancy: the same 5D rows with register caps (maxnreg) and 2 / 8 warps.
 parts: K and V halves alone over windows, heads per program and warps.
+words: the 5D V group path transposing in registers (v_words) against the
+       tile path and against bytes one by one, over heads per program, row
+       chunks, warps and windows, T = 1024, 4096, 32768 with prefill runs.
 Times are CUDA-graph replay medians in us; ratio = time / byte floor.
 """
 
@@ -180,5 +183,24 @@ if which == "parts":
                         cfgs.append(("5d", dict(parts=part, block_t=bt, heads_per_program=hb,
                                                 num_warps=nw, groups=D < 256, d_split=1)))
         for T in (4096, 32768):
+            sweep(H, D, T, "runs", cfgs)
+if which == "words":
+    for H, D in ((8, 128), (2, 256), (1, 256)):
+        hb_256 = max(h for h in (1, 2, 4, 8) if h <= H and h * D <= 256)
+        cfgs = [("5d", None), ("nhd", None),
+                ("5d", dict(groups=True, v_words=False, heads_per_program=hb_256, d_split=1)),
+                ("5d", dict(groups=False, heads_per_program=1, d_split=2)),
+                ("5d", dict(groups=True, parts="v", heads_per_program=hb_256, d_split=1)),
+                ("5d", dict(groups=True, parts="k", heads_per_program=hb_256, d_split=1))]
+        for hb in (1, 2, 4, 8):
+            for ds in (1, 2):
+                words = hb * D // ds // 2
+                if hb > H or words < 32 or words > 512:
+                    continue
+                for nw in sorted({max(1, min(8, words // 32)), 4}):
+                    for bt in (16, 32):
+                        cfgs.append(("5d", dict(groups=True, heads_per_program=hb, d_split=ds,
+                                                num_warps=nw, block_t=bt)))
+        for T in (32768, 4096, 1024):
             sweep(H, D, T, "runs", cfgs)
 print(f"done in {time.time() - t0:.0f}s", flush=True)
