@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session for the 5D attention work: correctness at full size, tuning sweep,
 # benchmark table. Usage (repo root, .peer_sglang prepared and carried):
-#   OUT=/some/dir bash scripts/gpu/attention_run.sh [tests|sweep|bench ...]
+#   OUT=/some/dir COMMIT=<hash> bash scripts/gpu/attention_run.sh [tests|sweep|bench ...]
 set -u
 OUT=${OUT:-/tmp/attn_out}
 mkdir -p "$OUT"
@@ -10,7 +10,9 @@ export SGLANG_KV5D_PEER_PATH="$PWD/.peer_sglang"
 steps=${*:-tests sweep bench}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
-git rev-parse HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
+# The device copy's git metadata can lag the working tree it was given: record the
+# commit the caller names (COMMIT=$(git rev-parse HEAD) expanded on the dev machine).
+echo "commit: ${COMMIT:-not given (pass COMMIT=...; git HEAD of the device copy may be stale)}" | tee -a "$OUT/gpu.txt"
 for s in $steps; do
   t0=$(date +%s)
   case $s in

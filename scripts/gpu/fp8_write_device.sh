@@ -26,7 +26,7 @@ done
 PY=$(command -v python || command -v python3)
 export PYTHONPATH="$PWD:$PWD/.device/fp8_write_peers${PYTHONPATH:+:$PYTHONPATH}"
 export TRITON_CACHE_DIR="$PWD/.device/triton_cache_fp8"
-{ date -u; nvidia-smi; $PY -V; $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } > "$OUT/env.txt" 2>&1
+{ date -u; echo "commit: ${COMMIT:-not given (pass COMMIT=...; git HEAD of the device copy may be stale)}"; nvidia-smi; $PY -V; $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } > "$OUT/env.txt" 2>&1
 $PY -c "import pytest" 2>/dev/null || export PYTHONPATH="$PYTHONPATH:$PWD/.device/pylib"
 T0=$(date +%s)
 timeout "$TEST_TIMEOUT" $PY -m pytest tests/gpu/test_fp8_write_gpu.py -m gpu -q -p no:cacheprovider --durations=8 > "$OUT/gpu_tests.txt" 2>&1
