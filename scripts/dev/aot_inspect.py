@@ -88,11 +88,14 @@ def _write(args):
     cfg = W.launch_config(args.t, args.h, args.d, args.d, five)
     ds = cfg["d_split"]
     bd = W.triton.next_power_of_2(args.d) // ds
+    words = bool(cfg["groups"] and cfg["v_words"]) and five
+    chunk = 1
+    if words:  # as write_kv_fp8 does on NVIDIA (32 threads per warp)
+        chunk, cfg["num_warps"] = W._v_words_launch(cfg["heads_per_program"] * bd // 2, cfg["num_warps"], 32, False)
     const = dict(H=args.h, HB=cfg["heads_per_program"], DK=args.d, DV=args.d, D_SPLIT=ds, BDK=bd, BDV=bd,
                  PAGE=64 if five else 1, X=16, LAYOUT_5D=five, BLOCK_T=cfg["block_t"],
                  SPLIT_KV=cfg["split_kv"], PART0=0, GROUPS=bool(cfg["groups"]) and five,
-                 V_WORDS=bool(cfg["groups"] and cfg["v_words"]) and five,
-                 CHUNK=min(cfg["heads_per_program"] * bd // 2, cfg["num_warps"] * 32), IN_BF16=True,
+                 V_WORDS=words, CHUNK=chunk, IN_BF16=True,
                  K_SCALE_PTR=True, V_SCALE_PTR=True, FMA_DIV=True, FNUZ=False, NATIVE=True, LARGE=False)
     ptrs = {"k_ptr": "*bf16", "v_ptr": "*bf16", "kc_ptr": "*u8", "vc_ptr": "*u8", "loc_ptr": "*i64",
             "k_scale": "*fp32", "v_scale": "*fp32"}

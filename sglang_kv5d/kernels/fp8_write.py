@@ -735,6 +735,27 @@ def _v_words_ok(v: torch.Tensor) -> bool:
     return v.element_size() == 2 and v.data_ptr() % 4 == 0 and (v.shape[0] <= 1 or v.stride(0) % 2 == 0)
 
 
+@functools.lru_cache(maxsize=16)
+def _warp_size(device_type: str, index: Optional[int]) -> int:
+    """Threads per warp (wavefront): 32 on NVIDIA, 64 on AMD CDNA (MI300/MI355)."""
+    if device_type != "cuda" or _interpreting():
+        return 32
+    props = torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index)
+    return int(getattr(props, "warp_size", 0) or (64 if torch.version.hip else 32))
+
+
+def _v_words_launch(words: int, num_warps: int, warp_size: int, warps_fixed: bool):
+    """(CHUNK, num_warps) for the register group path, which wants one 32-bit
+    word per thread (``words`` = heads x dims / 2 per program). With fewer words
+    than threads, threads would repeat each other's loads and arithmetic (1.5-2x
+    slower on the H200): unless the caller fixed ``num_warps``, warps are halved
+    until the words fill them (this matters where a warp has 64 threads)."""
+    if not warps_fixed:
+        while num_warps > 1 and words < num_warps * warp_size:
+            num_warps //= 2
+    return min(words, num_warps * warp_size), num_warps
+
+
 def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
     """Kernel configuration picked from shapes only (never from loc contents).
 
@@ -891,8 +912,13 @@ def write_kv_fp8(
     large = biggest > _INT32_LIMIT
     bdv = triton.next_power_of_2(DV) // ds
     v_words = cfg["groups"] and cfg["v_words"] and _v_words_ok(v)
+    num_warps = cfg["num_warps"]
+    chunk = 1
+    if v_words:
+        chunk, num_warps = _v_words_launch(hb * bdv // 2, num_warps, _warp_size(device.type, device.index),
+                                           warps_fixed=bool(_config) and "num_warps" in _config)
     grid = (triton.cdiv(T, block_t), (H // hb) * ds, 2 if split and cfg["parts"] == "kv" else 1)
-    kwargs = {"num_warps": cfg["num_warps"]}
+    kwargs = {"num_warps": num_warps}
     if cfg["maxnreg"] is not None and device.type == "cuda" and torch.version.hip is None:
         kwargs["maxnreg"] = cfg["maxnreg"]
     _write_kv_fp8_kernel[grid](
@@ -927,7 +953,7 @@ def write_kv_fp8(
         PART0=1 if cfg["parts"] == "v" else 0,
         GROUPS=cfg["groups"],
         V_WORDS=v_words,
-        CHUNK=min(hb * bdv // 2, cfg["num_warps"] * 32),
+        CHUNK=chunk,
         IN_BF16=v.dtype == torch.bfloat16,
         K_SCALE_PTR=ks_ptr,
         V_SCALE_PTR=vs_ptr,

@@ -347,6 +347,35 @@ def test_v_words_eligibility():
     assert not fw._v_words_ok(_unaligned_input(8, 2, 32, torch.bfloat16, g))
 
 
+def test_v_words_launch_gives_each_thread_one_word():
+    # NVIDIA defaults: 128 words on 4 warps of 32 threads, as chosen
+    assert fw._v_words_launch(128, 4, 32, warps_fixed=False) == (128, 4)
+    # 64 words: two warps, not four threads per word pair repeated
+    assert fw._v_words_launch(64, 4, 32, warps_fixed=False) == (64, 2)
+    # 64-thread wavefronts (AMD CDNA): 128 words fill 2 warps
+    assert fw._v_words_launch(128, 4, 64, warps_fixed=False) == (128, 2)
+    assert fw._v_words_launch(16, 4, 64, warps_fixed=False) == (16, 1)
+    # more words than threads: chunks of one word per thread
+    assert fw._v_words_launch(512, 4, 32, warps_fixed=False) == (128, 4)
+    # warps the caller fixed (sweeps) are kept
+    assert fw._v_words_launch(64, 4, 32, warps_fixed=True) == (64, 4)
+
+
+def test_warp_size_of_the_device(monkeypatch):
+    class Props:
+        warp_size = 64
+
+    fw._warp_size.cache_clear()
+    monkeypatch.setattr(fw, "_interpreting", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Props())
+    assert fw._warp_size("cuda", 0) == 64
+    assert fw._warp_size("cpu", None) == 32
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: object())  # no warp_size
+    monkeypatch.setattr(torch.version, "hip", "6.2")
+    assert fw._warp_size("cuda", 1) == 64
+    fw._warp_size.cache_clear()
+
+
 V_WORDS_CASES = [
     # input dtype, unaligned rows, H, D, extra _config (groups on in every case)
     (torch.bfloat16, False, 2, 32, dict(block_t=16, heads_per_program=2)),
