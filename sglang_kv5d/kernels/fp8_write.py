@@ -294,21 +294,21 @@ def _two_token_bytes(wp, row, stride_w, w_off, mask, vs, vrcp, IN_BF16: tl.const
 def _sixteen_tokens(t0, t1, t2, t3, t4, t5, t6, t7, N: tl.constexpr):
     """Eight (N, 2) byte tiles (tokens 2k, 2k+1 in tile k) -> (N, 16), token-ordered.
 
-    Joins keep every byte in the thread that quantised it (no shared memory):
-    after three joins the axes are (bit 0, bit 2, bit 1, ... of the token), the
-    permute puts them in token order."""
+    Joins keep every byte in the thread that quantised it (no shared memory).
+    Each join appends an axis: after the three joins the axes are (N, token
+    bit 0, bit 3, bit 2, bit 1); the permute puts them in token order."""
     u0 = tl.join(t0, t4)
     u1 = tl.join(t1, t5)
     u2 = tl.join(t2, t6)
     u3 = tl.join(t3, t7)
     v0 = tl.join(u0, u2)
     v1 = tl.join(u1, u3)
-    w = tl.join(v0, v1)  # (N, token bit 0, bit 2, bit 1, bit 0 of the pair index)
+    w = tl.join(v0, v1)
     return tl.reshape(tl.permute(w, (0, 2, 3, 4, 1)), (N, 16))
 
 
 @triton.jit
-def _store_v_group_words(v_ptr, vc_ptr, lrow, lslot, has, h0, d0, stride_vt, vs, vrcp,
+def _store_v_group_words(v_ptr, vc_ptr, lrow, lslot, h0, d0, stride_vt, vs, vrcp,
                          H: tl.constexpr, HB: tl.constexpr, DV: tl.constexpr, BDV: tl.constexpr,
                          PAGE: tl.constexpr, X: tl.constexpr, CHUNK: tl.constexpr,
                          IN_BF16: tl.constexpr, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr,
@@ -321,7 +321,6 @@ def _store_v_group_words(v_ptr, vc_ptr, lrow, lslot, has, h0, d0, stride_vt, vs,
     in the cache): the transposition from rows to vectors happens in registers.
     Words are taken CHUNK at a time (CHUNK = the program's threads, so that
     each thread holds one word per row and the store needs no layout change).
-    ``has`` (scalar) is False when there is no group: nothing is loaded or stored.
     """
     PW: tl.constexpr = BDV // 2  # words per head in this program
     wp = v_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
@@ -333,7 +332,7 @@ def _store_v_group_words(v_ptr, vc_ptr, lrow, lslot, has, h0, d0, stride_vt, vs,
         w = c * CHUNK + tl.arange(0, CHUNK)
         h = h0 + w // PW
         p = d0 // 2 + w % PW
-        m = has & (p < DV // 2)
+        m = p < DV // 2  # padded head dims
         w_off = h * (DV // 2) + p
         e0, o0 = _two_token_bytes(wp, lrow + 0, sw, w_off, m, vs, vrcp, IN_BF16, FMA_DIV, FNUZ, NATIVE)
         e1, o1 = _two_token_bytes(wp, lrow + 2, sw, w_off, m, vs, vrcp, IN_BF16, FMA_DIV, FNUZ, NATIVE)
@@ -417,7 +416,7 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, d0, T, stride_vt, stride_
                 if tl.max(lead_g.to(tl.int32), axis=0) > 0:
                     lrow = tl.sum(tl.where(lead_g, rows, 0), axis=0)
                     lslot = tl.sum(tl.where(lead_g, s, 0), axis=0)
-                    _store_v_group_words(v_ptr, vc_ptr, lrow, lslot, True, h0, d0, stride_vt, vs, vrcp,
+                    _store_v_group_words(v_ptr, vc_ptr, lrow, lslot, h0, d0, stride_vt, vs, vrcp,
                                          H, HB, DV, BDV, PAGE, X, CHUNK, IN_BF16, FMA_DIV, FNUZ, NATIVE)
         elif tl.sum(leader.to(tl.int32), axis=0) > 0:
             lead2 = tl.reshape(leader.to(tl.int32), (G, X)) != 0
