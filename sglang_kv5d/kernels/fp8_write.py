@@ -350,7 +350,7 @@ def _store_v_group_words(v_ptr, vc_ptr, lrow, lslot, h0, d0, stride_vt, vs, vrcp
 
 
 @triton.jit
-def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, d0, T, stride_vt, stride_loc, n_slots,
+def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_loc, n_slots,
             vc_stride_s, vc_stride_h,
             H: tl.constexpr, HB: tl.constexpr, DV: tl.constexpr, BDV: tl.constexpr,
             D_SPLIT: tl.constexpr,
@@ -359,7 +359,9 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, d0, T, stride_vt, stride_
             IN_BF16: tl.constexpr, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr, NATIVE: tl.constexpr,
             LARGE: tl.constexpr):
     """V of HB heads, dims d0 .. d0+BDV, for a window of tokens (5D with GROUPS:
-    whole 16-byte vectors where aligned groups of X slots are complete)."""
+    whole 16-byte vectors where aligned groups of X slots are complete).
+    ``i0`` is the window's first token."""
+    rows = i0 + tl.arange(0, BLOCK_T)
     s, ok, in_t = _load_slots(loc_ptr, rows, T, stride_loc, n_slots, LARGE)
     vs, vrcp = _scale_and_rcp(v_scale, V_SCALE_PTR)
     hh = tl.arange(0, HB)
@@ -410,12 +412,16 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, d0, T, stride_vt, stride_
         if V_WORDS:
             # 16-bit inputs: one group per X-block of the window, transposed in
             # registers (_store_v_group_words).
-            xblk = tl.arange(0, BLOCK_T) // X
+            # One reduction per X-block finds its leader: slot and offset in
+            # the block packed as slot * X + offset + 1 (0: no group starts
+            # there). It fits: without LARGE, n_slots * X <= the cache's bytes.
+            tok = tl.arange(0, BLOCK_T)
             for gi in tl.static_range(G):
-                lead_g = leader & (xblk == gi)
-                if tl.max(lead_g.to(tl.int32), axis=0) > 0:
-                    lrow = tl.sum(tl.where(lead_g, rows, 0), axis=0)
-                    lslot = tl.sum(tl.where(lead_g, s, 0), axis=0)
+                lead_g = leader & (tok // X == gi)
+                packed = tl.sum(tl.where(lead_g, s * X + (tok % X) + 1, 0), axis=0)
+                if packed > 0:
+                    lrow = i0 + gi * X + (packed - 1) % X
+                    lslot = (packed - 1) // X
                     _store_v_group_words(v_ptr, vc_ptr, lrow, lslot, h0, d0, stride_vt, vs, vrcp,
                                          H, HB, DV, BDV, PAGE, X, CHUNK, IN_BF16, FMA_DIV, FNUZ, NATIVE)
         elif tl.sum(leader.to(tl.int32), axis=0) > 0:
@@ -484,11 +490,24 @@ def _write_kv_fp8_kernel(
     FNUZ: tl.constexpr,
     NATIVE: tl.constexpr,
     LARGE: tl.constexpr,
+    TOKEN_MAJOR: tl.constexpr,
+    N_KV: tl.constexpr,
 ):
-    # grid: (token windows, (H // HB) * D_SPLIT, 2 when SPLIT_KV (0 = K, 1 = V) else 1).
-    # PART0 = 1 with one program along axis 2 runs V alone (benchmarks only).
-    pid_t = tl.program_id(0)
-    pid_hd = tl.program_id(1)
+    # grid: (token windows, (H // HB) * D_SPLIT, N_KV) with N_KV = 2 when
+    # SPLIT_KV (0 = K, 1 = V) else 1; with TOKEN_MAJOR the same programs on a
+    # 1-D grid, ordered (window, head block, K/V) so that the programs of one
+    # window run next to each other and read whole input rows together.
+    # PART0 = 1 with N_KV = 1 runs V alone (benchmarks only).
+    if TOKEN_MAJOR:
+        N_HD: tl.constexpr = (H // HB) * D_SPLIT
+        pid = tl.program_id(0)
+        pid_kv = pid % N_KV
+        pid_hd = (pid // N_KV) % N_HD
+        pid_t = pid // (N_KV * N_HD)
+    else:
+        pid_t = tl.program_id(0)
+        pid_hd = tl.program_id(1)
+        pid_kv = tl.program_id(2)
     h0 = (pid_hd // D_SPLIT) * HB
     dchunk = pid_hd % D_SPLIT
     if LARGE:
@@ -497,12 +516,12 @@ def _write_kv_fp8_kernel(
         i0 = pid_t * BLOCK_T
     rows = i0 + tl.arange(0, BLOCK_T)
     if SPLIT_KV:
-        if tl.program_id(2) + PART0 == 0:
+        if pid_kv + PART0 == 0:
             _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h0, dchunk * BDK, T, stride_kt,
                     stride_loc, n_slots, kc_stride_s, kc_stride_h, H, HB, DK, BDK, D_SPLIT, PAGE, X,
                     LAYOUT_5D, K_SCALE_PTR, FMA_DIV, FNUZ, NATIVE, LARGE)
         else:
-            _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, dchunk * BDV, T, stride_vt,
+            _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, dchunk * BDV, T, stride_vt,
                     stride_loc, n_slots, vc_stride_s, vc_stride_h, H, HB, DV, BDV, D_SPLIT, PAGE, X,
                     LAYOUT_5D, BLOCK_T, V_SCALE_PTR, GROUPS, V_WORDS, CHUNK, IN_BF16, FMA_DIV, FNUZ,
                     NATIVE, LARGE)
@@ -510,7 +529,7 @@ def _write_kv_fp8_kernel(
         _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h0, dchunk * BDK, T, stride_kt,
                 stride_loc, n_slots, kc_stride_s, kc_stride_h, H, HB, DK, BDK, D_SPLIT, PAGE, X,
                 LAYOUT_5D, K_SCALE_PTR, FMA_DIV, FNUZ, NATIVE, LARGE)
-        _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, rows, h0, dchunk * BDV, T, stride_vt,
+        _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, dchunk * BDV, T, stride_vt,
                 stride_loc, n_slots, vc_stride_s, vc_stride_h, H, HB, DV, BDV, D_SPLIT, PAGE, X,
                 LAYOUT_5D, BLOCK_T, V_SCALE_PTR, GROUPS, V_WORDS, CHUNK, IN_BF16, FMA_DIV, FNUZ,
                 NATIVE, LARGE)
@@ -707,7 +726,7 @@ def _native_fp8_ok(device: torch.device, fp8_dtype: torch.dtype) -> bool:
 
 
 _CONFIG_KEYS = ("block_t", "heads_per_program", "d_split", "split_kv", "num_warps", "groups", "v_words",
-                "parts", "maxnreg")
+                "parts", "maxnreg", "token_major")
 
 
 def _heads_per_program(H: int, D: int, elements: int) -> int:
@@ -768,7 +787,10 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
     dims per thread and row, for 16-bit inputs whose rows are 4-byte aligned;
     other inputs take the tile path through shared memory), ``parts`` ("kv";
     "k" or "v" run one half alone, for benchmarks only), ``maxnreg`` (None, or
-    a cap on registers per thread, passed to Triton on NVIDIA only).
+    a cap on registers per thread, passed to Triton on NVIDIA only),
+    ``token_major`` (launch order: False runs every window of one head block
+    and half before the next; True runs the programs of one token window, all
+    head blocks, K and V, next to each other).
 
     From two H200 sweeps on 2026-11-29 (docs/benchmarks-fp8-write.md, "Second
     sweep"): small windows for decode sizes (more programs, each one short);
@@ -778,7 +800,8 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
     """
     D = max(DK, DV)
     cfg = {"block_t": 16, "heads_per_program": 1, "d_split": 1, "split_kv": True,
-           "num_warps": 4, "groups": False, "v_words": True, "parts": "kv", "maxnreg": None}
+           "num_warps": 4, "groups": False, "v_words": True, "parts": "kv", "maxnreg": None,
+           "token_major": False}
     if layout_5d:
         if T > 1024 and D < 256:
             cfg.update(groups=True, heads_per_program=_heads_per_program(H, D, 256))
@@ -916,7 +939,11 @@ def write_kv_fp8(
     if v_words:
         chunk, num_warps = _v_words_launch(hb * bdv // 2, num_warps, _warp_size(device.type, device.index),
                                            warps_fixed=bool(_config) and "num_warps" in _config)
-    grid = (triton.cdiv(T, block_t), (H // hb) * ds, 2 if split and cfg["parts"] == "kv" else 1)
+    n_kv = 2 if split and cfg["parts"] == "kv" else 1
+    grid = (triton.cdiv(T, block_t), (H // hb) * ds, n_kv)
+    token_major = cfg["token_major"] and grid[0] * grid[1] * n_kv <= _INT32_LIMIT
+    if token_major:
+        grid = (grid[0] * grid[1] * n_kv,)
     kwargs = {"num_warps": num_warps}
     if cfg["maxnreg"] is not None and device.type == "cuda" and torch.version.hip is None:
         kwargs["maxnreg"] = cfg["maxnreg"]
@@ -960,5 +987,7 @@ def write_kv_fp8(
         FNUZ=plan.fp8_dtype == torch.float8_e4m3fnuz,
         NATIVE=native,
         LARGE=large,
+        TOKEN_MAJOR=token_major,
+        N_KV=n_kv,
         **kwargs,
     )
