@@ -96,7 +96,8 @@ def _write(args):
                  PAGE=64 if five else 1, X=16, LAYOUT_5D=five, BLOCK_T=cfg["block_t"],
                  SPLIT_KV=cfg["split_kv"], PART0=0, GROUPS=bool(cfg["groups"]) and five,
                  V_WORDS=words, CHUNK=chunk, IN_BF16=True,
-                 K_SCALE_PTR=True, V_SCALE_PTR=True, FMA_DIV=True, FNUZ=False, NATIVE=True, LARGE=False)
+                 K_SCALE_PTR=True, V_SCALE_PTR=True, FMA_DIV=True, FNUZ=False, NATIVE=True, LARGE=False,
+                 TOKEN_MAJOR=bool(cfg["token_major"]), N_KV=2 if cfg["split_kv"] else 1)
     ptrs = {"k_ptr": "*bf16", "v_ptr": "*bf16", "kc_ptr": "*u8", "vc_ptr": "*u8", "loc_ptr": "*i64",
             "k_scale": "*fp32", "v_scale": "*fp32"}
     label = f"write_{args.layout}_h{args.h}_d{args.d}_t{args.t}"

@@ -3,7 +3,7 @@ defaults of fp8_write.launch_config and against SGLang's reshape_and_cache_flash
 (when importable), same run, same inputs. Rows go to OUT.json as they come, so
 a run cut short by a timeout still leaves its data.
 
-    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words]
+    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order]
 
 small: T = 1, 16, 128 with decode slots (distinct random) and T = 128, 1024
        with prefill runs; V bytes stored one by one (groups off) with windows of
@@ -16,6 +16,10 @@ parts: K and V halves alone over windows, heads per program and warps.
 words: the 5D V group path transposing in registers (v_words) against the
        tile path and against bytes one by one, over heads per program, row
        chunks, warps and windows, T = 1024, 4096, 32768 with prefill runs.
+order: launch order (token_major: the programs of one token window, all head
+       blocks, K and V, next to each other) against the default order, for
+       both layouts, prefill runs T = 1024 .. 262144 and decode T = 128, with
+       the heads-per-program / row-chunk choices that were close before.
 Times are CUDA-graph replay medians in us; ratio = time / byte floor.
 """
 
@@ -203,4 +207,23 @@ if which == "words":
                                                 num_warps=nw, block_t=bt)))
         for T in (32768, 4096, 1024):
             sweep(H, D, T, "runs", cfgs)
+if which == "order":
+    TM = dict(token_major=True)
+    for H, D in ((8, 128), (2, 256), (1, 256)):
+        runs = [("5d", None), ("5d", TM), ("nhd", None), ("nhd", TM),
+                ("5d", dict(parts="k")), ("5d", dict(parts="k", token_major=True)),
+                ("5d", dict(parts="v")), ("5d", dict(parts="v", token_major=True))]
+        if D == 128:
+            for hb, ds in ((4, 2), (1, 1), (2, 2), (8, 2)):
+                runs.append(("5d", dict(groups=True, heads_per_program=hb, d_split=ds)))
+                runs.append(("5d", dict(groups=True, heads_per_program=hb, d_split=ds, token_major=True)))
+            runs.append(("5d", dict(token_major=True, split_kv=False)))
+        else:
+            runs += [("5d", dict(token_major=True, d_split=1)), ("5d", dict(token_major=True, block_t=32)),
+                     ("5d", dict(token_major=True, split_kv=False)),
+                     ("5d", dict(token_major=True, heads_per_program=H))]
+        runs.append(("nhd", dict(token_major=True, block_t=16)))
+        for T in (32768, 4096, 262144, 1024):
+            sweep(H, D, T, "runs", runs if T != 1024 else runs[:4])
+        sweep(H, D, 128, "decode", [("5d", None), ("5d", TM), ("nhd", None), ("nhd", TM)])
 print(f"done in {time.time() - t0:.0f}s", flush=True)

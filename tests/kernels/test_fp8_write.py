@@ -203,6 +203,10 @@ CONFIGS = [
     dict(groups=False, block_t=16, split_kv=True, heads_per_program=1, d_split=2),
     # a register cap is a launch option only (ignored off NVIDIA GPUs)
     dict(groups=True, block_t=16, split_kv=True, heads_per_program=2, maxnreg=40),
+    # the programs of one window launched next to each other (1-D grid)
+    dict(groups=True, block_t=16, split_kv=True, heads_per_program=1, d_split=2, token_major=True),
+    dict(groups=True, block_t=32, split_kv=False, heads_per_program=1, token_major=True),
+    dict(groups=False, block_t=4, split_kv=True, heads_per_program=1, d_split=2, token_major=True),
 ]
 
 
@@ -238,7 +242,8 @@ def test_group_fast_path_on_long_runs(cfg):
 
 
 @pytest.mark.parametrize("cfg", [dict(block_t=2, heads_per_program=1, d_split=4),
-                                 dict(block_t=8, heads_per_program=2, split_kv=False)])
+                                 dict(block_t=8, heads_per_program=2, split_kv=False),
+                                 dict(block_t=4, heads_per_program=1, d_split=2, token_major=True)])
 def test_nhd_launch_configurations_with_padded_dims(cfg):
     g = _gen(41 + cfg["block_t"])
     H, DK, DV, T = 2, 40, 24, 37
