@@ -3,7 +3,7 @@ defaults of fp8_write.launch_config and against SGLang's reshape_and_cache_flash
 (when importable), same run, same inputs. Rows go to OUT.json as they come, so
 a run cut short by a timeout still leaves its data.
 
-    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order]
+    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2]
 
 small: T = 1, 16, 128 with decode slots (distinct random) and T = 128, 1024
        with prefill runs; V bytes stored one by one (groups off) with windows of
@@ -20,6 +20,9 @@ order: launch order (token_major: the programs of one token window, all head
        blocks, K and V, next to each other) against the default order, for
        both layouts, prefill runs T = 1024 .. 262144 and decode T = 128, with
        the heads-per-program / row-chunk choices that were close before.
+order2: with token-major 5D for D <= 128 (the default since the order
+       sweep): the Llama-like rows' warps and row chunks, and the group path
+       against bytes one by one for D = 256, T = 4096 .. 262144.
 Times are CUDA-graph replay medians in us; ratio = time / byte floor.
 """
 
@@ -226,4 +229,19 @@ if which == "order":
         for T in (32768, 4096, 262144, 1024):
             sweep(H, D, T, "runs", runs if T != 1024 else runs[:4])
         sweep(H, D, 128, "decode", [("5d", None), ("5d", TM), ("nhd", None), ("nhd", TM)])
+if which == "order2":
+    llama = [("5d", None), ("5d", dict(token_major=False)), ("5d", dict(num_warps=8)),
+             ("5d", dict(heads_per_program=1, d_split=2)), ("5d", dict(heads_per_program=1)),
+             ("5d", dict(parts="k")), ("5d", dict(parts="v")), ("nhd", None)]
+    for T in (4096, 32768):
+        sweep(8, 128, T, "runs", llama)
+    for H in (2, 1):
+        wide = [("5d", None), ("5d", dict(token_major=True)), ("nhd", None)]
+        for ds in (1, 2):
+            for tm in (False, True):
+                wide.append(("5d", dict(groups=True, heads_per_program=1, d_split=ds, token_major=tm)))
+        if H == 2:
+            wide.append(("5d", dict(groups=True, heads_per_program=2, d_split=2, token_major=True)))
+        for T in (4096, 32768, 262144):
+            sweep(H, 256, T, "runs", wide)
 print(f"done in {time.time() - t0:.0f}s", flush=True)

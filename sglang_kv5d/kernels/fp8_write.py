@@ -796,7 +796,9 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
     sweep"): small windows for decode sizes (more programs, each one short);
     for 5D, V bytes stored one by one except for D <= 128 past 1024 tokens,
     where the group path wins, and rows of 256 dims split over two programs;
-    for NHD, rows of up to 512 elements per program past 128 tokens.
+    for NHD, rows of up to 512 elements per program past 128 tokens. The
+    token-major launch order for 5D with D <= 128 comes from the sixth
+    session's sweep (2-3% faster at T >= 1024, slower for D = 256).
     """
     D = max(DK, DV)
     cfg = {"block_t": 16, "heads_per_program": 1, "d_split": 1, "split_kv": True,
@@ -807,6 +809,7 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
             cfg.update(groups=True, heads_per_program=_heads_per_program(H, D, 256))
         else:
             cfg.update(d_split=_row_chunks(DK, DV), block_t=4 if T <= 128 else 16)
+        cfg.update(token_major=D < 256)
     elif T <= 128:
         cfg.update(block_t=4)
     else:

@@ -203,10 +203,11 @@ CONFIGS = [
     dict(groups=False, block_t=16, split_kv=True, heads_per_program=1, d_split=2),
     # a register cap is a launch option only (ignored off NVIDIA GPUs)
     dict(groups=True, block_t=16, split_kv=True, heads_per_program=2, maxnreg=40),
-    # the programs of one window launched next to each other (1-D grid)
-    dict(groups=True, block_t=16, split_kv=True, heads_per_program=1, d_split=2, token_major=True),
-    dict(groups=True, block_t=32, split_kv=False, heads_per_program=1, token_major=True),
-    dict(groups=False, block_t=4, split_kv=True, heads_per_program=1, d_split=2, token_major=True),
+    # launch order: these shapes (D = 32) default to token-major (a 1-D grid,
+    # the programs of one window next to each other); the 3-D grid as well
+    dict(groups=True, block_t=16, split_kv=True, heads_per_program=1, d_split=2, token_major=False),
+    dict(groups=True, block_t=32, split_kv=False, heads_per_program=1, token_major=False),
+    dict(groups=False, block_t=4, split_kv=True, heads_per_program=1, d_split=2, token_major=False),
 ]
 
 
@@ -265,6 +266,14 @@ def test_default_config_with_wide_and_uneven_head_dims(T):
     kc, vc = ref.make_caches("5d", n_blocks, page, H, DK, DV, gen=g, typed=FN)
     loc = ref.loc_pattern("mixed", T, n_blocks * page, page, gen=g)
     _write_and_check(k, v, kc, vc, loc, 0.3719, 1.9137, FN, "5d")
+
+
+def test_launch_order_default():
+    """Token-major for 5D rows of up to 128 dims (H200 sweep), the 3-D grid elsewhere."""
+    assert fw.launch_config(4096, 8, 128, 128, True)["token_major"] is True
+    assert fw.launch_config(16, 8, 64, 64, True)["token_major"] is True
+    assert fw.launch_config(4096, 2, 256, 256, True)["token_major"] is False
+    assert fw.launch_config(4096, 8, 128, 128, False)["token_major"] is False
 
 
 def test_launch_config_is_valid_for_any_shape():
