@@ -276,6 +276,17 @@ def test_launch_order_default():
     assert fw.launch_config(4096, 8, 128, 128, False)["token_major"] is False
 
 
+def test_d256_groups_from_16_mib_of_v():
+    """D = 256: V bytes one by one below 16 MiB of V per call, whole-vector groups
+    (one head, whole rows, token-major) from there on."""
+    small = fw.launch_config(32768, 1, 256, 256, True)
+    assert (small["groups"], small["d_split"], small["token_major"]) == (False, 2, False)
+    for T, H in ((32768, 2), (65536, 1), (262144, 2)):
+        big = fw.launch_config(T, H, 256, 256, True)
+        assert (big["groups"], big["heads_per_program"], big["d_split"], big["token_major"]) == (True, 1, 1, True)
+    assert fw.launch_config(300000, 1, 512, 512, True)["groups"] is False  # other widths unchanged
+
+
 def test_launch_config_is_valid_for_any_shape():
     """The shipped rule never picks a configuration the kernel would refuse."""
     for layout_5d in (True, False):
@@ -398,6 +409,8 @@ V_WORDS_CASES = [
     (torch.bfloat16, False, 2, 64, dict(block_t=16, d_split=2, split_kv=False)),
     (torch.bfloat16, True, 2, 32, dict(block_t=16)),  # unaligned: the tile path
     (torch.float16, True, 1, 48, dict(block_t=32)),
+    (torch.bfloat16, False, 1, 256, dict(block_t=16, heads_per_program=1, d_split=1)),  # the D = 256 default
+    (torch.bfloat16, False, 2, 256, dict(block_t=16, token_major=False)),
 ]
 
 
