@@ -129,31 +129,44 @@ def peer_call(decode_attention_fwd, q, k_nhd, v_nhd, kv_indptr, kv_indices, out,
     return fn
 
 
+def peer_split_times(peer, q, nhd, out, sm_scale, splits, time_fn) -> dict:
+    """SGLang's Triton decode at each split count of ``splits`` on the NHD copy
+    ``nhd`` = (k, v, kv_indptr, kv_indices) of a case (``nhd_for_peer``):
+    {splits: us from ``time_fn(call)``, or "error: ..." when it failed}."""
+    tried = {}
+    for s in splits:
+        fn = peer_call(peer, q, *nhd, out, s, sm_scale)
+        try:
+            tried[s] = time_fn(fn)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller
+            tried[s] = f"error: {type(exc).__name__}: {exc}"[:200]
+    return tried
+
+
+def fastest(tried: dict):
+    """(us, splits) of the fastest entry of ``peer_split_times``; None if every one failed."""
+    times = [(us, s) for s, us in tried.items() if not isinstance(us, str)]
+    return min(times) if times else None
+
+
 def peer_best_us(peer, case, out, sm_scale, *, splits=PEER_SPLITS, inner=5, reps=10, errors=None):
     """(us, splits): SGLang's Triton decode on an NHD copy of ``case``'s cache at
     its fastest split count among ``splits`` (those of fewer than 64 tokens per
     split are skipped), CUDA-graph replay medians. Failures go to ``errors``
-    (a list of (splits, message)) when given, else raise; None if none ran."""
+    (a list of (splits, message)) when given, else raise RuntimeError after
+    trying every count; None if none ran."""
     from sglang_kv5d.bench.common import graph_replay_median_us
 
-    q = case["q"]
     ctx = int(case["ctx"].max().item()) if case["ctx"].numel() else 0
-    k_nhd, v_nhd, indptr, indices = nhd_for_peer(case)
-    best = None
-    for s in splits:
-        if s > max(1, ctx // 64):
-            continue
-        try:
-            us = graph_replay_median_us(peer_call(peer, q, k_nhd, v_nhd, indptr, indices, out, s, sm_scale),
-                                        inner=inner, reps=reps, warmup=2)
-        except Exception as exc:  # noqa: BLE001 - reported to the caller
-            if errors is None:
-                raise
-            errors.append((s, str(exc)[:200]))
-            continue
-        if best is None or us < best[0]:
-            best = (us, s)
-    return best
+    tried = peer_split_times(
+        peer, case["q"], nhd_for_peer(case), out, sm_scale, [s for s in splits if s <= max(1, ctx // 64)],
+        lambda fn: graph_replay_median_us(fn, inner=inner, reps=reps, warmup=2))
+    failed = [(s, msg) for s, msg in tried.items() if isinstance(msg, str)]
+    if failed and errors is None:
+        raise RuntimeError(f"peer failed at split counts {[s for s, _ in failed]}: {failed[0][1]}")
+    if errors is not None:
+        errors.extend(failed)
+    return fastest(tried)
 
 
 def _time(fn, est_us: float) -> float:
@@ -207,39 +220,33 @@ def run_row(bs, ctx, geom, kv, *, bw, peer, device="cuda", peer_splits=PEER_SPLI
     row["ours_splits"] = info.get("num_splits")
 
     if peer is not None:
-        k_nhd, v_nhd, kv_indptr, kv_indices = nhd_for_peer(case)
+        nhd = nhd_for_peer(case)
         out_peer = torch.empty_like(q)
         sm = torch.cuda.get_device_properties(q.device).multi_processor_count
         tiles = -(-H_q // min(16, H_q // H_kv))
         cands = [s for s in peer_splits if s == 1 or bs * tiles * s <= 8 * sm]
         if len(cands) < 2:
             cands = list(peer_splits[:2])
-        best = None
-        tried = {}
-        for s in cands:
-            fn = peer_call(peer, q, k_nhd, v_nhd, kv_indptr, kv_indices, out_peer, s, sm_scale)
-            try:
-                fn()
-                torch.cuda.synchronize()
-                us = _time(fn, est)
-            except Exception as exc:  # pragma: no cover - reported
-                tried[str(s)] = f"error: {type(exc).__name__}: {exc}"[:200]
-                continue
-            tried[str(s)] = us
-            if best is None or us < best[1]:
-                best = (s, us)
-        row["peer_tried"] = tried
+
+        def warm_then_time(fn):
+            fn()
+            torch.cuda.synchronize()
+            return _time(fn, est)
+
+        tried = peer_split_times(peer, q, nhd, out_peer, sm_scale, cands, warm_then_time)
+        row["peer_tried"] = {str(s): us for s, us in tried.items()}
+        best = fastest(tried)
         if best is not None:
-            row["peer_splits"], row["peer_us"] = best
-            row["peer_bw_fraction"] = nbytes / (best[1] * 1e-6) / bw
-            row["speedup_vs_peer"] = best[1] / ours_us
+            row["peer_us"], row["peer_splits"] = best
+            row["peer_bw_fraction"] = nbytes / (best[0] * 1e-6) / bw
+            row["speedup_vs_peer"] = best[0] / ours_us
             if check:
-                fn = peer_call(peer, q, k_nhd, v_nhd, kv_indptr, kv_indices, out_peer, best[0], sm_scale)
+                fn = peer_call(peer, q, *nhd, out_peer, best[1], sm_scale)
                 fn()
                 ours()
                 torch.cuda.synchronize()
                 row["max_abs_diff_vs_peer"] = float((out.float() - out_peer.float()).abs().max())
-        del k_nhd, v_nhd, kv_indices
+        del nhd
     if check:
         from sglang_kv5d.kernels.attention_reference import decode_attention_5d_ref
 
