@@ -10,6 +10,7 @@ TARGET: attn-ours | attn-peer   bf16 D=256, H_q/H_kv = 16/2, bs 32, ctx 8k (the
         write-5d | write-nhd    fused FP8 write, H=8 D=128, T=32768, prefill runs
                                 (the 5D row furthest behind NHD)
         write-5d-k | write-5d-v the K or the V half of write-5d alone
+NCU_T (environment) sets the write's token count (default 32768).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def main() -> int:
         from sglang_kv5d.bench.fp8_write import prefill_loc
         from sglang_kv5d.kernels.fp8_write import write_kv_fp8
 
-        T, H, D, page = 32768, 8, 128, 64
+        T, H, D, page = int(os.environ.get("NCU_T", "32768")), 8, 128, 64
         n_pages = (T * 5 // 4) // page + 8
         k = torch.randn(T, H, D, device=dev).to(torch.bfloat16)
         v = torch.randn(T, H, D, device=dev).to(torch.bfloat16)
