@@ -154,20 +154,23 @@ def _quantize(x, scale, rcp, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr, NATIVE: 
         # Correctly rounded division without the slow path of div.rn: with
         # rcp = RN(1/scale), two residual corrections give RN(x/scale) exactly
         # (Markstein) whenever the residuals do not underflow, i.e. for scales
-        # in about [2**-90, 2**90]. Quotients past 1e30 skip the correction
-        # (the residual would overflow); they saturate anyway. For e4m3fn so
-        # do zero quotients: the correction would turn -0 into +0
-        # (fma(+0, r, -0) = +0), and -0 has its own e4m3fn code (0x80);
-        # e4m3fnuz has no -0 (the extra test cost its integer encoder 5-20%).
-        q0 = xf * rcp
-        e = tl.fma(-q0, scale, xf)
+        # in about [2**-90, 2**90]. The chain runs on |x| clamped to 500 * scale
+        # (NaN kept): quotients past that saturate either way (every fp8
+        # midpoint is below 500), the residuals cannot overflow, and +/-inf
+        # saturate. The sign is put back at the end, so -0 keeps its own
+        # e4m3fn code (0x80) without a test. The residual x - q*s is written
+        # fma(q, -s, x) with the scalar negated once (Triton writes -q as
+        # 0 - q, which the compiler cannot fold into the FMA). Per element:
+        # one min, one multiply, four FMAs, one bit operation.
+        xa = tl.minimum(tl.abs(xf), 500.0 * scale, propagate_nan=tl.PropagateNan.ALL)
+        neg_scale = -scale
+        q0 = xa * rcp
+        e = tl.fma(q0, neg_scale, xa)
         q1 = tl.fma(e, rcp, q0)
-        e = tl.fma(-q1, scale, xf)
+        e = tl.fma(q1, neg_scale, xa)
         q2 = tl.fma(e, rcp, q1)
-        if FNUZ:
-            q = tl.where(tl.abs(q0) < 1e30, q2, q0)
-        else:
-            q = tl.where((tl.abs(q0) < 1e30) & (q0 != 0.0), q2, q0)
+        sign = xf.to(tl.int32, bitcast=True) & -2147483648
+        q = (q2.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
     else:
         q = xf / scale  # the interpreter divides with IEEE rounding
     return _encode_fp8(q, FNUZ, NATIVE)
