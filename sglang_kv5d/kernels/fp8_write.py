@@ -34,7 +34,7 @@ token owns one byte of every 16-byte vector. Two ways to write it:
 * bytes one by one (``groups`` off): each token stores its bytes; when a
   prefill run fills a group of 16 slots, the L2 cache merges the 16 bytes of
   each vector before they reach memory. Used for decode sizes, for D = 256
-  below 16 MiB of V per call, and for D <= 128 up to 1024 tokens.
+  below 8 MiB of V per call, and for D <= 128 up to 1024 tokens.
 * whole vectors (``groups`` on): the V program checks *in the kernel* (no host
   sync, CUDA-graph safe) which tokens belong to a complete aligned group (X
   consecutive tokens whose slots are consecutive and start at a multiple of X).
@@ -43,7 +43,7 @@ token owns one byte of every 16-byte vector. Two ways to write it:
   tokens outside complete groups (decode, run edges) are written byte by byte.
   At most one group starts in any X consecutive tokens, so a window of G*X
   tokens has at most G. Used for D <= 128 past 1024 tokens and for D = 256
-  from 16 MiB of V per call. With 16-bit inputs (``v_words``) a group is
+  from 8 MiB of V per call. With 16-bit inputs (``v_words``) a group is
   transposed in registers: each thread reads one 32-bit word (two dims) of
   each of the X rows and stores the two vectors of those dims; other inputs
   go through a tile whose layout change Triton makes in shared memory (5-6%
@@ -736,7 +736,7 @@ _CONFIG_KEYS = ("block_t", "heads_per_program", "d_split", "split_kv", "num_warp
 
 # 5D V with D = 256: whole-vector groups once a call writes this many V bytes
 # (T x H x D_v), bytes one by one below (H200 sweeps, sixth session).
-_GROUPS_MIN_V_BYTES_D256 = 1 << 24
+_GROUPS_MIN_V_BYTES_D256 = 1 << 23
 
 
 def _heads_per_program(H: int, D: int, elements: int) -> int:
@@ -809,17 +809,19 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
     for NHD, rows of up to 512 elements per program past 128 tokens. From
     the sixth session's sweeps: the token-major launch order for 5D with
     D <= 128 and with groups (2-3% faster at T >= 1024; slower for D = 256
-    with bytes one by one), and groups for D = 256 once a call writes at
-    least 16 MiB of V (bytes one by one lose 6-7% at T x H = 262144; the
-    merging of a group's bytes no longer happens in the L2 alone).
+    with bytes one by one), and groups for D = 256 (rows split over two
+    programs) once a call writes at least 8 MiB of V (bytes one by one lose
+    1-4% from T x H = 32768 on, after the cheaper division).
     """
     D = max(DK, DV)
     cfg = {"block_t": 16, "heads_per_program": 1, "d_split": 1, "split_kv": True,
            "num_warps": 4, "groups": False, "v_words": True, "parts": "kv", "maxnreg": None,
            "token_major": False}
     if layout_5d:
-        if (T > 1024 and D < 256) or (D == 256 and T * H * DV >= _GROUPS_MIN_V_BYTES_D256):
+        if T > 1024 and D < 256:
             cfg.update(groups=True, heads_per_program=_heads_per_program(H, D, 256), token_major=True)
+        elif D == 256 and T * H * DV >= _GROUPS_MIN_V_BYTES_D256:
+            cfg.update(groups=True, d_split=_row_chunks(DK, DV), token_major=True)
         else:
             cfg.update(d_split=_row_chunks(DK, DV), block_t=4 if T <= 128 else 16, token_major=D < 256)
     elif T <= 128:

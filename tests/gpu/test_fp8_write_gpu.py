@@ -25,9 +25,9 @@ pytestmark = [
 ]
 
 FN, FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
-# (H, D_k, D_v). At T = 32768 with prefill runs the 5D defaults cover both V
-# paths: H=1 D=256 stores V bytes one by one, H=2 D=256 (16 MiB of V) and
-# D <= 128 take whole-vector groups.
+# (H, D_k, D_v). The 5D defaults cover both V paths: bytes one by one at
+# T = 4096 for D = 256, whole-vector groups at T = 32768 (8 MiB of V and more
+# for D = 256, every D <= 128 past 1024 tokens).
 GEOMETRIES = [(1, 256, 256), (8, 128, 128), (2, 128, 64), (2, 256, 256)]
 
 

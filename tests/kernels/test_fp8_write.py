@@ -276,14 +276,14 @@ def test_launch_order_default():
     assert fw.launch_config(4096, 8, 128, 128, False)["token_major"] is False
 
 
-def test_d256_groups_from_16_mib_of_v():
-    """D = 256: V bytes one by one below 16 MiB of V per call, whole-vector groups
-    (one head, whole rows, token-major) from there on."""
-    small = fw.launch_config(32768, 1, 256, 256, True)
+def test_d256_groups_from_8_mib_of_v():
+    """D = 256: V bytes one by one below 8 MiB of V per call, whole-vector groups
+    (one head, rows split over two programs, token-major) from there on."""
+    small = fw.launch_config(16384, 1, 256, 256, True)
     assert (small["groups"], small["d_split"], small["token_major"]) == (False, 2, False)
-    for T, H in ((32768, 2), (65536, 1), (262144, 2)):
+    for T, H in ((32768, 1), (16384, 2), (262144, 2)):
         big = fw.launch_config(T, H, 256, 256, True)
-        assert (big["groups"], big["heads_per_program"], big["d_split"], big["token_major"]) == (True, 1, 1, True)
+        assert (big["groups"], big["heads_per_program"], big["d_split"], big["token_major"]) == (True, 1, 2, True)
     assert fw.launch_config(300000, 1, 512, 512, True)["groups"] is False  # other widths unchanged
 
 
