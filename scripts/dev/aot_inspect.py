@@ -95,7 +95,8 @@ def _write(args):
     const = dict(H=args.h, HB=cfg["heads_per_program"], DK=args.d, DV=args.d, D_SPLIT=ds, BDK=bd, BDV=bd,
                  PAGE=64 if five else 1, X=16, LAYOUT_5D=five, BLOCK_T=cfg["block_t"],
                  SPLIT_KV=cfg["split_kv"], PART0=0, GROUPS=bool(cfg["groups"]) and five,
-                 V_WORDS=words, CHUNK=chunk, IN_BF16=True,
+                 V_WORDS=words, V_SPEC=words and bool(cfg["v_spec"]) and cfg["block_t"] == 16
+                 and chunk == cfg["heads_per_program"] * bd // 2, CHUNK=chunk, IN_BF16=True,
                  K_SCALE_PTR=True, V_SCALE_PTR=True, FMA_DIV=True, FNUZ=False, NATIVE=True, LARGE=False,
                  TOKEN_MAJOR=bool(cfg["token_major"]), N_KV=2 if cfg["split_kv"] else 1)
     ptrs = {"k_ptr": "*bf16", "v_ptr": "*bf16", "kc_ptr": "*u8", "vc_ptr": "*u8", "loc_ptr": "*i64",

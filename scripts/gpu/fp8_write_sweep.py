@@ -3,7 +3,7 @@ defaults of fp8_write.launch_config and against SGLang's reshape_and_cache_flash
 (when importable), same run, same inputs. Rows go to OUT.json as they come, so
 a run cut short by a timeout still leaves its data.
 
-    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2]
+    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec]
 
 small: T = 1, 16, 128 with decode slots (distinct random) and T = 128, 1024
        with prefill runs; V bytes stored one by one (groups off) with windows of
@@ -23,6 +23,9 @@ order: launch order (token_major: the programs of one token window, all head
 order2: with token-major 5D for D <= 128 (the default since the order
        sweep): the Llama-like rows' warps and row chunks, and the group path
        against bytes one by one for D = 256, T = 4096 .. 262144.
+spec: the register group path fetching the candidate leader's rows while the
+       group is checked (v_spec) against the default, over the shapes that
+       take groups and the ones next to the groups threshold.
 Times are CUDA-graph replay medians in us; ratio = time / byte floor.
 """
 
@@ -244,4 +247,17 @@ if which == "order2":
             wide.append(("5d", dict(groups=True, heads_per_program=2, d_split=2, token_major=True)))
         for T in (4096, 32768, 262144):
             sweep(H, 256, T, "runs", wide)
+if which == "spec":
+    SPEC = dict(v_spec=True)
+    for T in (4096, 32768, 262144):
+        sweep(8, 128, T, "runs", [("5d", None), ("5d", SPEC), ("5d", dict(parts="v")),
+                                  ("5d", dict(parts="v", v_spec=True)), ("nhd", None)])
+    sweep(8, 128, 1024, "runs", [("5d", None), ("5d", dict(groups=True, heads_per_program=2, token_major=True)),
+                                 ("5d", dict(groups=True, heads_per_program=2, token_major=True, v_spec=True))])
+    sweep(8, 128, 2048, "decode", [("5d", None), ("5d", SPEC)])
+    for H in (2, 1):
+        for T in (4096, 32768, 262144):
+            extra = [] if T > 4096 else [("5d", dict(groups=True, d_split=2, token_major=True)),
+                                         ("5d", dict(groups=True, d_split=2, token_major=True, v_spec=True))]
+            sweep(H, 256, T, "runs", [("5d", None), ("5d", SPEC)] + extra)
 print(f"done in {time.time() - t0:.0f}s", flush=True)

@@ -272,14 +272,12 @@ def _store_v_bytes(src, vc_ptr, s, heads, d, vs, vrcp, load_mask, store_mask,
 
 
 @triton.jit
-def _two_token_bytes(wp, row, stride_w, w_off, mask, vs, vrcp, IN_BF16: tl.constexpr,
+def _two_token_bytes(w0, w1, vs, vrcp, IN_BF16: tl.constexpr,
                      FMA_DIV: tl.constexpr, FNUZ: tl.constexpr, NATIVE: tl.constexpr):
-    """fp8 bytes of tokens ``row`` and ``row + 1`` for N input words of two
-    16-bit elements (dims 2p, 2p+1): (even-dim bytes, odd-dim bytes), each
+    """fp8 bytes of two tokens' words ``w0``, ``w1`` (N int32 words of two
+    16-bit elements, dims 2p and 2p+1): (even-dim bytes, odd-dim bytes), each
     (N, 2) = (word, token). Quantising two tokens together lets the hardware
     convert them with one packed instruction."""
-    w0 = tl.load(wp + row * stride_w + w_off, mask=mask, other=0)
-    w1 = tl.load(wp + (row + 1) * stride_w + w_off, mask=mask, other=0)
     if IN_BF16:  # bf16 -> fp32 is a shift of the bits
         lo0 = (w0 << 16).to(tl.float32, bitcast=True)
         hi0 = (w0 & -65536).to(tl.float32, bitcast=True)
@@ -313,45 +311,62 @@ def _sixteen_tokens(t0, t1, t2, t3, t4, t5, t6, t7, N: tl.constexpr):
 
 
 @triton.jit
-def _store_v_group_words(v_ptr, vc_ptr, lrow, lslot, h0, d0, stride_vt, vs, vrcp,
-                         H: tl.constexpr, HB: tl.constexpr, DV: tl.constexpr, BDV: tl.constexpr,
-                         PAGE: tl.constexpr, X: tl.constexpr, CHUNK: tl.constexpr,
-                         IN_BF16: tl.constexpr, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr,
-                         NATIVE: tl.constexpr):
-    """5D V, one complete group of X = 16 tokens (rows ``lrow`` .. ``lrow + 15``,
-    slots ``lslot`` .. ``lslot + 15``, ``lslot % 16 == 0``), 16-bit inputs.
-
-    Each thread loads one 32-bit word (dims 2p, 2p+1) of each of the 16 rows,
-    quantises, and stores the two 16-byte vectors of dims 2p and 2p+1 (adjacent
-    in the cache): the transposition from rows to vectors happens in registers.
-    Words are taken CHUNK at a time (CHUNK = the program's threads, so that
-    each thread holds one word per row and the store needs no layout change).
-    """
+def _group_word_ids(c, h0, d0, H: tl.constexpr, DV: tl.constexpr, BDV: tl.constexpr,
+                    PAGE: tl.constexpr, X: tl.constexpr, CHUNK: tl.constexpr):
+    """Chunk ``c`` of a program's words: (input word offset in a row, mask of
+    real dims, cache offset of the dim-2p vector within the group), each (CHUNK,)."""
     PW: tl.constexpr = BDV // 2  # words per head in this program
-    wp = v_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
-    sw = stride_vt // 2
+    w = c * CHUNK + tl.arange(0, CHUNK)
+    h = h0 + w // PW
+    p = d0 // 2 + w % PW
+    return h * (DV // 2) + p, p < DV // 2, h * (DV * PAGE) + p * (2 * X)
+
+
+@triton.jit
+def _group_rows(wp, row, sw, w_off, m):
+    """Words ``w_off`` of the 16 input rows ``row`` .. ``row + 15`` (16 tensors)."""
+    return (tl.load(wp + (row + 0) * sw + w_off, mask=m, other=0),
+            tl.load(wp + (row + 1) * sw + w_off, mask=m, other=0),
+            tl.load(wp + (row + 2) * sw + w_off, mask=m, other=0),
+            tl.load(wp + (row + 3) * sw + w_off, mask=m, other=0),
+            tl.load(wp + (row + 4) * sw + w_off, mask=m, other=0),
+            tl.load(wp + (row + 5) * sw + w_off, mask=m, other=0),
+            tl.load(wp + (row + 6) * sw + w_off, mask=m, other=0),
+            tl.load(wp + (row + 7) * sw + w_off, mask=m, other=0),
+            tl.load(wp + (row + 8) * sw + w_off, mask=m, other=0),
+            tl.load(wp + (row + 9) * sw + w_off, mask=m, other=0),
+            tl.load(wp + (row + 10) * sw + w_off, mask=m, other=0),
+            tl.load(wp + (row + 11) * sw + w_off, mask=m, other=0),
+            tl.load(wp + (row + 12) * sw + w_off, mask=m, other=0),
+            tl.load(wp + (row + 13) * sw + w_off, mask=m, other=0),
+            tl.load(wp + (row + 14) * sw + w_off, mask=m, other=0),
+            tl.load(wp + (row + 15) * sw + w_off, mask=m, other=0))
+
+
+@triton.jit
+def _store_group_rows(ws, vc_ptr, lslot, dst_off, m, vs, vrcp, H: tl.constexpr, DV: tl.constexpr,
+                      PAGE: tl.constexpr, X: tl.constexpr, CHUNK: tl.constexpr,
+                      IN_BF16: tl.constexpr, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr,
+                      NATIVE: tl.constexpr):
+    """Quantise the 16 rows' words ``ws`` (``_group_rows``) and store the two
+    16-byte vectors of dims 2p and 2p+1 (adjacent in the cache) of the group
+    at slots ``lslot`` .. ``lslot + 15``: the transposition from rows to
+    vectors happens in registers."""
     lblk = lslot // PAGE
     base = lblk * (H * DV * PAGE) + ((lslot - lblk * PAGE) // X) * (DV * X)
-    j = tl.arange(0, X)
-    for c in tl.static_range((HB * PW) // CHUNK):
-        w = c * CHUNK + tl.arange(0, CHUNK)
-        h = h0 + w // PW
-        p = d0 // 2 + w % PW
-        m = p < DV // 2  # padded head dims
-        w_off = h * (DV // 2) + p
-        e0, o0 = _two_token_bytes(wp, lrow + 0, sw, w_off, m, vs, vrcp, IN_BF16, FMA_DIV, FNUZ, NATIVE)
-        e1, o1 = _two_token_bytes(wp, lrow + 2, sw, w_off, m, vs, vrcp, IN_BF16, FMA_DIV, FNUZ, NATIVE)
-        e2, o2 = _two_token_bytes(wp, lrow + 4, sw, w_off, m, vs, vrcp, IN_BF16, FMA_DIV, FNUZ, NATIVE)
-        e3, o3 = _two_token_bytes(wp, lrow + 6, sw, w_off, m, vs, vrcp, IN_BF16, FMA_DIV, FNUZ, NATIVE)
-        e4, o4 = _two_token_bytes(wp, lrow + 8, sw, w_off, m, vs, vrcp, IN_BF16, FMA_DIV, FNUZ, NATIVE)
-        e5, o5 = _two_token_bytes(wp, lrow + 10, sw, w_off, m, vs, vrcp, IN_BF16, FMA_DIV, FNUZ, NATIVE)
-        e6, o6 = _two_token_bytes(wp, lrow + 12, sw, w_off, m, vs, vrcp, IN_BF16, FMA_DIV, FNUZ, NATIVE)
-        e7, o7 = _two_token_bytes(wp, lrow + 14, sw, w_off, m, vs, vrcp, IN_BF16, FMA_DIV, FNUZ, NATIVE)
-        even = _sixteen_tokens(e0, e1, e2, e3, e4, e5, e6, e7, CHUNK)
-        odd = _sixteen_tokens(o0, o1, o2, o3, o4, o5, o6, o7, CHUNK)
-        dst = vc_ptr + base + (h * (DV * PAGE) + p * (2 * X))[:, None] + j[None, :]
-        tl.store(dst, even, mask=m[:, None])
-        tl.store(dst + X, odd, mask=m[:, None])
+    e0, o0 = _two_token_bytes(ws[0], ws[1], vs, vrcp, IN_BF16, FMA_DIV, FNUZ, NATIVE)
+    e1, o1 = _two_token_bytes(ws[2], ws[3], vs, vrcp, IN_BF16, FMA_DIV, FNUZ, NATIVE)
+    e2, o2 = _two_token_bytes(ws[4], ws[5], vs, vrcp, IN_BF16, FMA_DIV, FNUZ, NATIVE)
+    e3, o3 = _two_token_bytes(ws[6], ws[7], vs, vrcp, IN_BF16, FMA_DIV, FNUZ, NATIVE)
+    e4, o4 = _two_token_bytes(ws[8], ws[9], vs, vrcp, IN_BF16, FMA_DIV, FNUZ, NATIVE)
+    e5, o5 = _two_token_bytes(ws[10], ws[11], vs, vrcp, IN_BF16, FMA_DIV, FNUZ, NATIVE)
+    e6, o6 = _two_token_bytes(ws[12], ws[13], vs, vrcp, IN_BF16, FMA_DIV, FNUZ, NATIVE)
+    e7, o7 = _two_token_bytes(ws[14], ws[15], vs, vrcp, IN_BF16, FMA_DIV, FNUZ, NATIVE)
+    even = _sixteen_tokens(e0, e1, e2, e3, e4, e5, e6, e7, CHUNK)
+    odd = _sixteen_tokens(o0, o1, o2, o3, o4, o5, o6, o7, CHUNK)
+    dst = vc_ptr + base + dst_off[:, None] + tl.arange(0, X)[None, :]
+    tl.store(dst, even, mask=m[:, None])
+    tl.store(dst + X, odd, mask=m[:, None])
 
 
 @triton.jit
@@ -360,9 +375,9 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
             H: tl.constexpr, HB: tl.constexpr, DV: tl.constexpr, BDV: tl.constexpr,
             D_SPLIT: tl.constexpr,
             PAGE: tl.constexpr, X: tl.constexpr, LAYOUT_5D: tl.constexpr, BLOCK_T: tl.constexpr,
-            V_SCALE_PTR: tl.constexpr, GROUPS: tl.constexpr, V_WORDS: tl.constexpr, CHUNK: tl.constexpr,
-            IN_BF16: tl.constexpr, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr, NATIVE: tl.constexpr,
-            LARGE: tl.constexpr):
+            V_SCALE_PTR: tl.constexpr, GROUPS: tl.constexpr, V_WORDS: tl.constexpr, V_SPEC: tl.constexpr,
+            CHUNK: tl.constexpr, IN_BF16: tl.constexpr, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr,
+            NATIVE: tl.constexpr, LARGE: tl.constexpr):
     """V of HB heads, dims d0 .. d0+BDV, for a window of tokens (5D with GROUPS:
     whole 16-byte vectors where aligned groups of X slots are complete).
     ``i0`` is the window's first token."""
@@ -396,6 +411,19 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
         g = rows - r
         j = tl.arange(0, X)
         g_ok = ok & (g >= 0) & (g + (X - 1) < T)
+        if V_WORDS:
+            wp = v_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+            sw = stride_vt // 2
+        if V_SPEC:
+            # (one X-block per window, one chunk of words) The only token that
+            # can lead a complete group here is the window's last addressed
+            # token with slot % X == 0: the X - 1 tokens after a leader carry
+            # its group's other slots. Fetch that token's 16 rows now, while
+            # the group is checked, instead of after the check.
+            cand = tl.max(tl.where(ok & (r == 0), tl.arange(0, BLOCK_T), -1), axis=0)
+            w_off, wm, dst_off = _group_word_ids(0, h0, d0, H, DV, BDV, PAGE, X, CHUNK)
+            crow = i0 + cand
+            ws = _group_rows(wp, crow, sw, w_off, wm & (cand >= 0) & (crow + (X - 1) < T))
         sg = tl.load(loc_ptr + (g[:, None] + j[None, :]) * stride_loc,
                      mask=g_ok[:, None], other=-1)
         same = (sg == (s - r)[:, None] + j[None, :]).to(tl.int32)
@@ -420,15 +448,25 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
             # One reduction per X-block finds its leader: slot and offset in
             # the block packed as slot * X + offset + 1 (0: no group starts
             # there). It fits: without LARGE, n_slots * X <= the cache's bytes.
+            # Each thread takes one word (dims 2p, 2p+1) of each of the group's
+            # 16 rows, CHUNK words at a time (CHUNK = the program's threads, so
+            # that the store needs no layout change).
             tok = tl.arange(0, BLOCK_T)
             for gi in tl.static_range(G):
                 lead_g = leader & (tok // X == gi)
                 packed = tl.sum(tl.where(lead_g, s * X + (tok % X) + 1, 0), axis=0)
                 if packed > 0:
-                    lrow = i0 + gi * X + (packed - 1) % X
                     lslot = (packed - 1) // X
-                    _store_v_group_words(v_ptr, vc_ptr, lrow, lslot, h0, d0, stride_vt, vs, vrcp,
-                                         H, HB, DV, BDV, PAGE, X, CHUNK, IN_BF16, FMA_DIV, FNUZ, NATIVE)
+                    if V_SPEC:  # the leader is the candidate fetched above
+                        _store_group_rows(ws, vc_ptr, lslot, dst_off, wm, vs, vrcp, H, DV, PAGE, X,
+                                          CHUNK, IN_BF16, FMA_DIV, FNUZ, NATIVE)
+                    else:
+                        lrow = i0 + gi * X + (packed - 1) % X
+                        for c in tl.static_range((HB * BDV // 2) // CHUNK):
+                            w_off, wm, dst_off = _group_word_ids(c, h0, d0, H, DV, BDV, PAGE, X, CHUNK)
+                            ws = _group_rows(wp, lrow, sw, w_off, wm)
+                            _store_group_rows(ws, vc_ptr, lslot, dst_off, wm, vs, vrcp, H, DV, PAGE, X,
+                                              CHUNK, IN_BF16, FMA_DIV, FNUZ, NATIVE)
         elif tl.sum(leader.to(tl.int32), axis=0) > 0:
             lead2 = tl.reshape(leader.to(tl.int32), (G, X)) != 0
             rows2 = tl.reshape(rows, (G, X))
@@ -487,6 +525,7 @@ def _write_kv_fp8_kernel(
     PART0: tl.constexpr,
     GROUPS: tl.constexpr,
     V_WORDS: tl.constexpr,
+    V_SPEC: tl.constexpr,
     CHUNK: tl.constexpr,
     IN_BF16: tl.constexpr,
     K_SCALE_PTR: tl.constexpr,
@@ -528,7 +567,7 @@ def _write_kv_fp8_kernel(
         else:
             _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, dchunk * BDV, T, stride_vt,
                     stride_loc, n_slots, vc_stride_s, vc_stride_h, H, HB, DV, BDV, D_SPLIT, PAGE, X,
-                    LAYOUT_5D, BLOCK_T, V_SCALE_PTR, GROUPS, V_WORDS, CHUNK, IN_BF16, FMA_DIV, FNUZ,
+                    LAYOUT_5D, BLOCK_T, V_SCALE_PTR, GROUPS, V_WORDS, V_SPEC, CHUNK, IN_BF16, FMA_DIV, FNUZ,
                     NATIVE, LARGE)
     else:
         _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h0, dchunk * BDK, T, stride_kt,
@@ -536,7 +575,7 @@ def _write_kv_fp8_kernel(
                 LAYOUT_5D, K_SCALE_PTR, FMA_DIV, FNUZ, NATIVE, LARGE)
         _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, dchunk * BDV, T, stride_vt,
                 stride_loc, n_slots, vc_stride_s, vc_stride_h, H, HB, DV, BDV, D_SPLIT, PAGE, X,
-                LAYOUT_5D, BLOCK_T, V_SCALE_PTR, GROUPS, V_WORDS, CHUNK, IN_BF16, FMA_DIV, FNUZ,
+                LAYOUT_5D, BLOCK_T, V_SCALE_PTR, GROUPS, V_WORDS, V_SPEC, CHUNK, IN_BF16, FMA_DIV, FNUZ,
                 NATIVE, LARGE)
 
 
@@ -731,7 +770,7 @@ def _native_fp8_ok(device: torch.device, fp8_dtype: torch.dtype) -> bool:
 
 
 _CONFIG_KEYS = ("block_t", "heads_per_program", "d_split", "split_kv", "num_warps", "groups", "v_words",
-                "parts", "maxnreg", "token_major")
+                "parts", "maxnreg", "token_major", "v_spec")
 
 
 # 5D V with D = 256: whole-vector groups once a call writes this many V bytes
@@ -800,7 +839,9 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
     a cap on registers per thread, passed to Triton on NVIDIA only),
     ``token_major`` (launch order: False runs every window of one head block
     and half before the next; True runs the programs of one token window, all
-    head blocks, K and V, next to each other).
+    head blocks, K and V, next to each other), ``v_spec`` (register group
+    path with 16-token windows and one chunk of words: fetch the candidate
+    leader's rows while the group is checked).
 
     From two H200 sweeps on 2026-11-29 (docs/benchmarks-fp8-write.md, "Second
     sweep"): small windows for decode sizes (more programs, each one short);
@@ -816,7 +857,7 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
     D = max(DK, DV)
     cfg = {"block_t": 16, "heads_per_program": 1, "d_split": 1, "split_kv": True,
            "num_warps": 4, "groups": False, "v_words": True, "parts": "kv", "maxnreg": None,
-           "token_major": False}
+           "token_major": False, "v_spec": False}
     if layout_5d:
         if T > 1024 and D < 256:
             cfg.update(groups=True, heads_per_program=_heads_per_program(H, D, 256), token_major=True)
@@ -956,6 +997,8 @@ def write_kv_fp8(
     if v_words:
         chunk, num_warps = _v_words_launch(hb * bdv // 2, num_warps, _warp_size(device.type, device.index),
                                            warps_fixed=bool(_config) and "num_warps" in _config)
+    # rows fetched before the group check: one X-block per window, one chunk of words
+    v_spec = v_words and cfg["v_spec"] and block_t == X_FP8 and chunk == hb * bdv // 2
     n_kv = 2 if split and cfg["parts"] == "kv" else 1
     grid = (triton.cdiv(T, block_t), (H // hb) * ds, n_kv)
     token_major = cfg["token_major"] and grid[0] * grid[1] * n_kv <= _INT32_LIMIT
@@ -996,6 +1039,7 @@ def write_kv_fp8(
         PART0=1 if cfg["parts"] == "v" else 0,
         GROUPS=cfg["groups"],
         V_WORDS=v_words,
+        V_SPEC=v_spec,
         CHUNK=chunk,
         IN_BF16=v.dtype == torch.bfloat16,
         K_SCALE_PTR=ks_ptr,

@@ -208,6 +208,8 @@ CONFIGS = [
     dict(groups=True, block_t=16, split_kv=True, heads_per_program=1, d_split=2, token_major=False),
     dict(groups=True, block_t=32, split_kv=False, heads_per_program=1, token_major=False),
     dict(groups=False, block_t=4, split_kv=True, heads_per_program=1, d_split=2, token_major=False),
+    dict(groups=True, block_t=16, split_kv=True, heads_per_program=2, v_spec=True),
+    dict(groups=True, block_t=16, split_kv=False, heads_per_program=1, d_split=2, v_spec=True),
 ]
 
 
@@ -411,10 +413,38 @@ V_WORDS_CASES = [
     (torch.float16, True, 1, 48, dict(block_t=32)),
     (torch.bfloat16, False, 1, 256, dict(block_t=16, heads_per_program=1, d_split=1)),  # the D = 256 default
     (torch.bfloat16, False, 2, 256, dict(block_t=16, token_major=False)),
+    # rows fetched before the group check (one X-block per window, one chunk of words)
+    (torch.bfloat16, False, 2, 32, dict(block_t=16, heads_per_program=2, v_spec=True)),
+    (torch.float16, False, 1, 48, dict(block_t=16, v_spec=True)),  # padded dims
+    (torch.bfloat16, False, 1, 256, dict(block_t=16, d_split=2, v_spec=True)),
+    (torch.bfloat16, False, 2, 64, dict(block_t=32, heads_per_program=2, v_spec=True)),  # two X-blocks: no speculation
 ]
 
 
-@pytest.mark.parametrize("case", V_WORDS_CASES, ids=lambda c: f"{str(c[0])[6:]}-{'unaligned' if c[1] else 'aligned'}-h{c[2]}-d{c[3]}-{len(c[4])}")
+@pytest.mark.parametrize("spec", [False, True])
+def test_group_leader_after_other_aligned_slots_in_its_window(spec):
+    """Windows whose first tokens have slots % 16 == 0 that lead no complete
+    group, followed by a token that does: the leader is the window's last such
+    token (the one the speculative fetch takes), never the first."""
+    g = _gen(77)
+    H, D, page, n_blocks = 2, 32, 32, 24
+    loc = torch.cat([
+        torch.tensor([5 * 16, 7 * 16 + 3, 9 * 16]),  # aligned, unaligned, aligned: no groups
+        torch.arange(20 * 16, 20 * 16 + 16),  # a complete group from token 3 of window 0
+        torch.tensor([11 * 16, 13 * 16 + 1, 14 * 16, -1, 15 * 16, 2 * 16 + 5]),  # window 1: aligned singles
+        torch.arange(30 * 16, 30 * 16 + 16),  # a complete group from token 6 of window 1
+        torch.tensor([3 * 16]),  # an aligned single that cannot complete a group (ends at T)
+    ])
+    T = loc.shape[0]
+    k = ref.make_input(T, H, D, torch.bfloat16, gen=g)
+    v = ref.make_input(T, H, D, torch.bfloat16, gen=g, token_pad=16)
+    kc, vc = ref.make_caches("5d", n_blocks, page, H, D, D, gen=g, typed=FN)
+    _write_and_check(k, v, kc, vc, loc, 0.5, 1.5, FN, "5d",
+                     _config=dict(groups=True, block_t=16, heads_per_program=2, v_spec=spec))
+
+
+@pytest.mark.parametrize("case", V_WORDS_CASES, ids=lambda c: f"{str(c[0])[6:]}-{'unaligned' if c[1] else 'aligned'}-h{c[2]}-d{c[3]}-{len(c[4])}"
+                         + ("-spec" if c[4].get("v_spec") else ""))
 def test_v_groups_transposed_in_registers_or_through_tiles_write_the_same_bytes(case):
     """The group path with 32-bit words (v_words) and with tiles: both exact,
     both the same bytes, on runs, broken groups and scattered slots."""
