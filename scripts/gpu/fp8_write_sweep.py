@@ -3,7 +3,7 @@ defaults of fp8_write.launch_config and against SGLang's reshape_and_cache_flash
 (when importable), same run, same inputs. Rows go to OUT.json as they come, so
 a run cut short by a timeout still leaves its data.
 
-    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec]
+    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec|decode]
 
 small: T = 1, 16, 128 with decode slots (distinct random) and T = 128, 1024
        with prefill runs; V bytes stored one by one (groups off) with windows of
@@ -26,6 +26,9 @@ order2: with token-major 5D for D <= 128 (the default since the order
 spec: the register group path fetching the candidate leader's rows while the
        group is checked (v_spec) against the default, over the shapes that
        take groups and the ones next to the groups threshold.
+decode: scattered slots (one token per sequence) at decode batch sizes
+       128 .. 4096: the default against V bytes one by one without groups
+       over windows and heads per program, K and V halves alone.
 Times are CUDA-graph replay medians in us; ratio = time / byte floor.
 """
 
@@ -260,4 +263,14 @@ if which == "spec":
             extra = [] if T > 4096 else [("5d", dict(groups=True, d_split=2, token_major=True)),
                                          ("5d", dict(groups=True, d_split=2, token_major=True, v_spec=True))]
             sweep(H, 256, T, "runs", [("5d", None), ("5d", SPEC)] + extra)
+if which == "decode":
+    for H, D in ((8, 128), (2, 256)):
+        cfgs = [("5d", None), ("nhd", None), ("5d", dict(parts="k")), ("5d", dict(parts="v")),
+                ("5d", dict(groups=False, block_t=4, heads_per_program=1, d_split=1, token_major=True)),
+                ("5d", dict(groups=False, block_t=16, heads_per_program=1, d_split=1, token_major=True)),
+                ("5d", dict(groups=False, block_t=4, heads_per_program=1, d_split=2, token_major=False)),
+                ("5d", dict(groups=False, block_t=1, heads_per_program=1, d_split=1, token_major=True)),
+                ("5d", dict(groups=False, parts="v", block_t=4, heads_per_program=1, d_split=1))]
+        for T in (128, 512, 2048, 4096):
+            sweep(H, D, T, "decode", cfgs)
 print(f"done in {time.time() - t0:.0f}s", flush=True)

@@ -860,7 +860,8 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
            "token_major": False, "v_spec": False}
     if layout_5d:
         if T > 1024 and D < 256:
-            cfg.update(groups=True, heads_per_program=_heads_per_program(H, D, 256), token_major=True)
+            cfg.update(groups=True, heads_per_program=_heads_per_program(H, D, 256), token_major=True,
+                       v_spec=True)
         elif D == 256 and T * H * DV >= _GROUPS_MIN_V_BYTES_D256:
             cfg.update(groups=True, d_split=_row_chunks(DK, DV), token_major=True)
         else:
