@@ -279,13 +279,12 @@ def _store_v_bytes_scattered(v_ptr, vc_ptr, loc_ptr, i0, h0, d0, T, stride_vt, s
                              FMA_DIV: tl.constexpr, FNUZ: tl.constexpr, NATIVE: tl.constexpr,
                              LARGE: tl.constexpr):
     """5D V bytes of a window of scattered slots (decode), SUB tokens and one
-    head at a time. A whole-window tile lets the store's lanes walk tokens:
-    right for runs (16 tokens fill one 16-byte vector), but with scattered
-    slots each lane hits another cache line. With SUB tokens per tile the
-    lanes walk dims of few tokens, a few lines per store (2-3x faster on the
-    H200 for decode batches of 512..4096 tokens)."""
+    head at a time. A whole-window tile lets the store's lanes walk tokens: right for
+    runs (16 tokens fill one 16-byte vector), but with scattered slots each
+    lane hits another cache line. With SUB tokens per tile the lanes walk
+    dims of few tokens, a few lines per store (2.5x faster on the H200 for
+    decode batches of 2048 tokens)."""
     d = d0 + tl.arange(0, BDV)
-    one = tl.arange(0, 1)
     for sub in tl.static_range(BLOCK_T // SUB):
         rows = i0 + sub * SUB + tl.arange(0, SUB)
         s, ok, in_t = _load_slots(loc_ptr, rows, T, stride_loc, n_slots, LARGE)
@@ -296,9 +295,10 @@ def _store_v_bytes_scattered(v_ptr, vc_ptr, loc_ptr, i0, h0, d0, T, stride_vt, s
             lm = lm & dm
             sm = sm & dm
         for hh in tl.static_range(HB):
-            src = (v_ptr + (rows * stride_vt)[:, None, None] + ((h0 + hh + one) * DV)[None, :, None]
+            heads = h0 + hh + tl.arange(0, 1)
+            src = (v_ptr + (rows * stride_vt)[:, None, None] + (heads * DV)[None, :, None]
                    + d[None, None, :])
-            _store_v_bytes(src, vc_ptr, s, h0 + hh + one, d, vs, vrcp, lm, sm, H, DV, PAGE, X,
+            _store_v_bytes(src, vc_ptr, s, heads, d, vs, vrcp, lm, sm, H, DV, PAGE, X,
                            FMA_DIV, FNUZ, NATIVE)
 
 
@@ -433,23 +433,8 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
                + d[None, None, :])
         tl.store(dst, code, mask=sm)
     elif not GROUPS:
-        if BLOCK_T > SUB_T:
-            # Runs (consecutive slots) keep the whole-window tile; anything
-            # else is stored a few tokens at a time. Judged from the window's
-            # first and last slot: a layout choice only, both write the same.
-            last = tl.minimum(i0 + BLOCK_T, T) - 1
-            s_first = tl.load(loc_ptr + i0 * stride_loc)
-            s_last = tl.load(loc_ptr + last * stride_loc)
-            if s_last - s_first == last - i0:
-                _store_v_bytes(src_rows, vc_ptr, s, h0 + hh, d, vs, vrcp, lm, sm, H, DV, PAGE, X,
-                               FMA_DIV, FNUZ, NATIVE)
-            else:
-                _store_v_bytes_scattered(v_ptr, vc_ptr, loc_ptr, i0, h0, d0, T, stride_vt, stride_loc,
-                                         n_slots, vs, vrcp, H, HB, DV, BDV, D_SPLIT, PAGE, X, BLOCK_T,
-                                         SUB_T, FMA_DIV, FNUZ, NATIVE, LARGE)
-        else:
-            _store_v_bytes(src_rows, vc_ptr, s, h0 + hh, d, vs, vrcp, lm, sm, H, DV, PAGE, X,
-                           FMA_DIV, FNUZ, NATIVE)
+        _store_v_bytes(src_rows, vc_ptr, s, h0 + hh, d, vs, vrcp, lm, sm, H, DV, PAGE, X,
+                       FMA_DIV, FNUZ, NATIVE)
     else:
         # Which tokens sit in a complete aligned group of X consecutive slots?
         # Token i with slot s and r = s % X belongs to the group that starts at
