@@ -272,37 +272,6 @@ def _store_v_bytes(src, vc_ptr, s, heads, d, vs, vrcp, load_mask, store_mask,
 
 
 @triton.jit
-def _store_v_bytes_scattered(v_ptr, vc_ptr, loc_ptr, i0, h0, d0, T, stride_vt, stride_loc, n_slots,
-                             vs, vrcp, H: tl.constexpr, HB: tl.constexpr, DV: tl.constexpr,
-                             BDV: tl.constexpr, D_SPLIT: tl.constexpr, PAGE: tl.constexpr,
-                             X: tl.constexpr, BLOCK_T: tl.constexpr, SUB: tl.constexpr,
-                             FMA_DIV: tl.constexpr, FNUZ: tl.constexpr, NATIVE: tl.constexpr,
-                             LARGE: tl.constexpr):
-    """5D V bytes of a window of scattered slots (decode), SUB tokens and one
-    head at a time. A whole-window tile lets the store's lanes walk tokens: right for
-    runs (16 tokens fill one 16-byte vector), but with scattered slots each
-    lane hits another cache line. With SUB tokens per tile the lanes walk
-    dims of few tokens, a few lines per store (2.5x faster on the H200 for
-    decode batches of 2048 tokens)."""
-    d = d0 + tl.arange(0, BDV)
-    for sub in tl.static_range(BLOCK_T // SUB):
-        rows = i0 + sub * SUB + tl.arange(0, SUB)
-        s, ok, in_t = _load_slots(loc_ptr, rows, T, stride_loc, n_slots, LARGE)
-        lm = in_t[:, None, None]
-        sm = ok[:, None, None]
-        if BDV * D_SPLIT != DV:  # padded head dim
-            dm = (d < DV)[None, None, :]
-            lm = lm & dm
-            sm = sm & dm
-        for hh in tl.static_range(HB):
-            heads = h0 + hh + tl.arange(0, 1)
-            src = (v_ptr + (rows * stride_vt)[:, None, None] + (heads * DV)[None, :, None]
-                   + d[None, None, :])
-            _store_v_bytes(src, vc_ptr, s, heads, d, vs, vrcp, lm, sm, H, DV, PAGE, X,
-                           FMA_DIV, FNUZ, NATIVE)
-
-
-@triton.jit
 def _two_token_bytes(w0, w1, vs, vrcp, IN_BF16: tl.constexpr,
                      FMA_DIV: tl.constexpr, FNUZ: tl.constexpr, NATIVE: tl.constexpr):
     """fp8 bytes of two tokens' words ``w0``, ``w1`` (N int32 words of two
@@ -412,7 +381,6 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
     """V of HB heads, dims d0 .. d0+BDV, for a window of tokens (5D with GROUPS:
     whole 16-byte vectors where aligned groups of X slots are complete).
     ``i0`` is the window's first token."""
-    SUB_T: tl.constexpr = 4  # tokens per tile for scattered V bytes
     rows = i0 + tl.arange(0, BLOCK_T)
     s, ok, in_t = _load_slots(loc_ptr, rows, T, stride_loc, n_slots, LARGE)
     vs, vrcp = _scale_and_rcp(v_scale, V_SCALE_PTR)
@@ -461,22 +429,14 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
         same = (sg == (s - r)[:, None] + j[None, :]).to(tl.int32)
         covered = g_ok & (tl.min(same, axis=1) == 1)
 
-        # Tokens outside complete groups: one byte per (token, head, d); a
-        # window without any group (decode) a few tokens at a time. One
-        # reduction counts both (scattered in the low 16 bits, covered above).
+        # Tokens outside complete groups: one byte per (token, head, d).
         scattered = ok & (covered == 0)
-        counts = tl.sum(scattered.to(tl.int32) + covered.to(tl.int32) * 65536, axis=0)
-        if counts >= 65536:
-            if (counts & 65535) > 0:
-                m = scattered[:, None, None]
-                if BDV * D_SPLIT != DV:
-                    m = m & dm
-                _store_v_bytes(src_rows, vc_ptr, s, h0 + hh, d, vs, vrcp, m, m, H, DV, PAGE, X,
-                               FMA_DIV, FNUZ, NATIVE)
-        elif counts > 0:
-            _store_v_bytes_scattered(v_ptr, vc_ptr, loc_ptr, i0, h0, d0, T, stride_vt, stride_loc,
-                                     n_slots, vs, vrcp, H, HB, DV, BDV, D_SPLIT, PAGE, X, BLOCK_T,
-                                     SUB_T, FMA_DIV, FNUZ, NATIVE, LARGE)
+        if tl.sum(scattered.to(tl.int32), axis=0) > 0:
+            m = scattered[:, None, None]
+            if BDV * D_SPLIT != DV:
+                m = m & dm
+            _store_v_bytes(src_rows, vc_ptr, s, h0 + hh, d, vs, vrcp, m, m, H, DV, PAGE, X,
+                           FMA_DIV, FNUZ, NATIVE)
 
         # Complete groups that start in this window (at most one per X tokens):
         # load the (X tokens, HB, D) tile, store it as HB*D vectors of X bytes.
