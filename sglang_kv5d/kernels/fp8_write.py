@@ -27,8 +27,9 @@ How the kernel is organised. The grid is (token windows, head blocks x row
 chunks, {K, V}), or the same programs on a 1-D grid in token-major order
 (the programs of one window next to each other). Every program reads ``loc``
 for its window; inputs are loaded under the row mask only, so their loads do
-not wait for ``loc`` (only the stores do). K rows (and NHD V rows) are written per token: one token's head row
-is contiguous (NHD) or made of 16-byte vectors (5D K). A 5D V row is not: one
+not wait for ``loc`` (only the stores do). K rows (and NHD V rows) are written
+per token: one token's head row is contiguous (NHD) or made of 16-byte vectors
+(5D K). A 5D V row is not: one
 token owns one byte of every 16-byte vector. Two ways to write it:
 
 * bytes one by one (``groups`` off): each token stores its bytes; when a
@@ -56,8 +57,10 @@ sweeps in docs/benchmarks-fp8-write.md).
 Division. On the GPU the quotient is computed as ``x * RN(1/s)`` followed by
 two FMA residual corrections, which is the correctly rounded ``x / s``
 (Markstein) for scales within about 2**-90 .. 2**90, and has no slow path (the
-division instruction sequence has one, taken for zero numerators). Under the
-CPU interpreter plain IEEE division is used.
+division instruction sequence has one, taken for zero numerators). It runs on
+``|x|`` clamped to ``500 * s`` (past every fp8 midpoint, so saturation is
+unchanged) and puts the sign back at the end. Under the CPU interpreter plain
+IEEE division is used.
 
 FP8 encoding. On NVIDIA (sm_89+) with e4m3fn the hardware conversion
 (round-to-nearest-even, saturating) is used. Elsewhere (``e4m3fnuz`` on NVIDIA,
@@ -444,7 +447,7 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
         G: tl.constexpr = BLOCK_T // X
         if V_WORDS:
             # 16-bit inputs: one group per X-block of the window, transposed in
-            # registers (_store_v_group_words).
+            # registers (_group_rows, _store_group_rows).
             # One reduction per X-block finds its leader: slot and offset in
             # the block packed as slot * X + offset + 1 (0: no group starts
             # there). It fits: without LARGE, n_slots * X <= the cache's bytes.
@@ -921,6 +924,8 @@ def _check_config(cfg: dict, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
         raise ValueError(f"_config maxnreg: expected None or an int in 16..255, got {cap!r}")
     cfg["groups"] = groups
     cfg["v_words"] = bool(cfg["v_words"]) and groups
+    cfg["v_spec"] = bool(cfg["v_spec"]) and cfg["v_words"]
+    cfg["token_major"] = bool(cfg["token_major"])
     return cfg
 
 
