@@ -411,7 +411,7 @@ V_WORDS_CASES = [
     (torch.bfloat16, False, 2, 64, dict(block_t=16, d_split=2, split_kv=False)),
     (torch.bfloat16, True, 2, 32, dict(block_t=16)),  # unaligned: the tile path
     (torch.float16, True, 1, 48, dict(block_t=32)),
-    (torch.bfloat16, False, 1, 256, dict(block_t=16, heads_per_program=1, d_split=1)),  # the D = 256 default
+    (torch.bfloat16, False, 1, 256, dict(block_t=16, heads_per_program=1, d_split=1)),  # whole 256-dim rows
     (torch.bfloat16, False, 2, 256, dict(block_t=16, token_major=False)),
     # rows fetched before the group check (one X-block per window, one chunk of words)
     (torch.bfloat16, False, 2, 32, dict(block_t=16, heads_per_program=2, v_spec=True)),
@@ -432,7 +432,7 @@ def test_group_leader_after_other_aligned_slots_in_its_window(spec):
         torch.tensor([5 * 16, 7 * 16 + 3, 9 * 16]),  # aligned, unaligned, aligned: no groups
         torch.arange(20 * 16, 20 * 16 + 16),  # a complete group from token 3 of window 0
         torch.tensor([11 * 16, 13 * 16 + 1, 14 * 16, -1, 15 * 16, 2 * 16 + 5]),  # window 1: aligned singles
-        torch.arange(30 * 16, 30 * 16 + 16),  # a complete group from token 6 of window 1
+        torch.arange(30 * 16, 30 * 16 + 16),  # a complete group from token 9 of window 1
         torch.tensor([3 * 16]),  # an aligned single that cannot complete a group (ends at T)
     ])
     T = loc.shape[0]
