@@ -6,6 +6,9 @@
 # Needs (carried, ignored): .device/fp8_write_peers (SGLang's two Triton kernel
 # files, for the peers and the round-trip test) and .device/pylib (pytest) when
 # the device has no pytest.
+# With --sweep this writes eight files, the most the device machine returns from
+# $OUT: anything else written there in the same call (a second benchmark, an
+# A/B) is dropped. Run such extras in their own call or tar them into one file.
 set -u
 OUT=${OUT:-/tmp/fp8_out}
 mkdir -p "$OUT"
