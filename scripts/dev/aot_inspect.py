@@ -88,15 +88,12 @@ def _write(args):
     cfg = W.launch_config(args.t, args.h, args.d, args.d, five)
     ds = cfg["d_split"]
     bd = W.triton.next_power_of_2(args.d) // ds
-    words = bool(cfg["groups"] and cfg["v_words"]) and five
-    chunk = 1
-    if words:  # as write_kv_fp8 does on NVIDIA (32 threads per warp)
-        chunk, cfg["num_warps"] = W._v_words_launch(cfg["heads_per_program"] * bd // 2, cfg["num_warps"], 32, False)
+    # as write_kv_fp8 does on NVIDIA (32 threads per warp) for 4-byte aligned bf16 rows
+    words, spec, chunk, cfg["num_warps"] = W._v_group_launch(cfg, bd, v_ok=five, warp_size=32, warps_fixed=False)
     const = dict(H=args.h, HB=cfg["heads_per_program"], DK=args.d, DV=args.d, D_SPLIT=ds, BDK=bd, BDV=bd,
                  PAGE=64 if five else 1, X=16, LAYOUT_5D=five, BLOCK_T=cfg["block_t"],
                  SPLIT_KV=cfg["split_kv"], PART0=0, GROUPS=bool(cfg["groups"]) and five,
-                 V_WORDS=words, V_SPEC=words and bool(cfg["v_spec"]) and cfg["block_t"] == 16
-                 and chunk == cfg["heads_per_program"] * bd // 2, CHUNK=chunk, IN_BF16=True,
+                 V_WORDS=words, V_SPEC=spec, CHUNK=chunk, IN_BF16=True,
                  K_SCALE_PTR=True, V_SCALE_PTR=True, FMA_DIV=True, FNUZ=False, NATIVE=True, LARGE=False,
                  TOKEN_MAJOR=bool(cfg["token_major"]), N_KV=2 if cfg["split_kv"] else 1)
     ptrs = {"k_ptr": "*bf16", "v_ptr": "*bf16", "kc_ptr": "*u8", "vc_ptr": "*u8", "loc_ptr": "*i64",

@@ -826,6 +826,20 @@ def _v_words_launch(words: int, num_warps: int, warp_size: int, warps_fixed: boo
     return min(words, num_warps * warp_size), num_warps
 
 
+def _v_group_launch(cfg: Mapping, bdv: int, *, v_ok: bool, warp_size: int, warps_fixed: bool):
+    """(V_WORDS, V_SPEC, CHUNK, num_warps) of a checked configuration: the
+    register group path for inputs it can read (``v_ok``, ``_v_words_ok``),
+    with CHUNK words at a time (``_v_words_launch``), and its rows fetched
+    before the group check only with one X-block per window and one chunk."""
+    num_warps = cfg["num_warps"]
+    if not (cfg["groups"] and cfg["v_words"] and v_ok):
+        return False, False, 1, num_warps
+    words = cfg["heads_per_program"] * bdv // 2
+    chunk, num_warps = _v_words_launch(words, num_warps, warp_size, warps_fixed)
+    v_spec = bool(cfg["v_spec"]) and cfg["block_t"] == X_FP8 and chunk == words
+    return True, v_spec, chunk, num_warps
+
+
 def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
     """Kernel configuration picked from shapes only (never from loc contents).
 
@@ -997,14 +1011,9 @@ def write_kv_fp8(
     )
     large = biggest > _INT32_LIMIT
     bdv = triton.next_power_of_2(DV) // ds
-    v_words = cfg["groups"] and cfg["v_words"] and _v_words_ok(v)
-    num_warps = cfg["num_warps"]
-    chunk = 1
-    if v_words:
-        chunk, num_warps = _v_words_launch(hb * bdv // 2, num_warps, _warp_size(device.type, device.index),
-                                           warps_fixed=bool(_config) and "num_warps" in _config)
-    # rows fetched before the group check: one X-block per window, one chunk of words
-    v_spec = v_words and cfg["v_spec"] and block_t == X_FP8 and chunk == hb * bdv // 2
+    v_words, v_spec, chunk, num_warps = _v_group_launch(
+        cfg, bdv, v_ok=_v_words_ok(v), warp_size=_warp_size(device.type, device.index),
+        warps_fixed=bool(_config) and "num_warps" in _config)
     n_kv = 2 if split and cfg["parts"] == "kv" else 1
     grid = (triton.cdiv(T, block_t), (H // hb) * ds, n_kv)
     token_major = cfg["token_major"] and grid[0] * grid[1] * n_kv <= _INT32_LIMIT

@@ -388,6 +388,18 @@ def test_v_words_launch_gives_each_thread_one_word():
     assert fw._v_words_launch(64, 4, 32, warps_fixed=True) == (64, 4)
 
 
+def test_v_group_launch_fetches_rows_early_only_with_one_block_and_one_chunk():
+    cfg = fw.launch_config(4096, 8, 128, 128, True)  # groups, 2 heads x 64 words, v_spec
+    assert fw._v_group_launch(cfg, 128, v_ok=True, warp_size=32, warps_fixed=False) == (True, True, 128, 4)
+    assert fw._v_group_launch(cfg, 128, v_ok=False, warp_size=32, warps_fixed=False) == (False, False, 1, 4)
+    two_chunks = dict(cfg, num_warps=2)  # 128 words on 64 fixed threads
+    assert fw._v_group_launch(two_chunks, 128, v_ok=True, warp_size=32, warps_fixed=True) == (True, False, 64, 2)
+    two_blocks = dict(cfg, block_t=32)
+    assert fw._v_group_launch(two_blocks, 128, v_ok=True, warp_size=32, warps_fixed=False)[:2] == (True, False)
+    bytes_only = fw.launch_config(512, 8, 128, 128, True)
+    assert fw._v_group_launch(bytes_only, 128, v_ok=True, warp_size=32, warps_fixed=False)[:2] == (False, False)
+
+
 def test_warp_size_of_the_device(monkeypatch):
     class Props:
         warp_size = 64
