@@ -3,7 +3,7 @@
 how Triton laid out its memory accesses.
 
     python scripts/dev/aot_inspect.py decode [--kv bf16|fp8] [--d 256] [--g 8] [--page 64] [--out DIR]
-    python scripts/dev/aot_inspect.py write  [--h 8] [--d 128] [--t 32768] [--layout 5d|nhd] [--out DIR]
+    python scripts/dev/aot_inspect.py write  [--h 8] [--d 128] [--t 32768] [--layout 5d|nhd] [--fp8 e4m3fn|e4m3fnuz] [--out DIR]
 
 Uses the shipped launch configuration (``_decode_config`` / ``launch_config``)
 and the installed Triton (set PYTHONPATH to another unpacked Triton wheel to
@@ -85,6 +85,7 @@ def _write(args):
     from sglang_kv5d.kernels import fp8_write as W
 
     five = args.layout == "5d"
+    fnuz = args.fp8 == "e4m3fnuz"  # as on NVIDIA: fnuz takes the integer encoder
     cfg = W.launch_config(args.t, args.h, args.d, args.d, five)
     ds = cfg["d_split"]
     bd = W.triton.next_power_of_2(args.d) // ds
@@ -92,13 +93,14 @@ def _write(args):
     words, spec, chunk, cfg["num_warps"] = W._v_group_launch(cfg, bd, v_ok=five, warp_size=32, warps_fixed=False)
     const = dict(H=args.h, HB=cfg["heads_per_program"], DK=args.d, DV=args.d, D_SPLIT=ds, BDK=bd, BDV=bd,
                  PAGE=64 if five else 1, X=16, LAYOUT_5D=five, BLOCK_T=cfg["block_t"],
+                 BYTE_TOKENS=min(cfg["byte_tokens"], cfg["block_t"]),
                  SPLIT_KV=cfg["split_kv"], PART0=0, GROUPS=bool(cfg["groups"]) and five,
                  V_WORDS=words, V_SPEC=spec, CHUNK=chunk, IN_BF16=True,
-                 K_SCALE_PTR=True, V_SCALE_PTR=True, FMA_DIV=True, FNUZ=False, NATIVE=True, LARGE=False,
+                 K_SCALE_PTR=True, V_SCALE_PTR=True, FMA_DIV=True, FNUZ=fnuz, NATIVE=not fnuz, LARGE=False,
                  TOKEN_MAJOR=bool(cfg["token_major"]), N_KV=2 if cfg["split_kv"] else 1)
     ptrs = {"k_ptr": "*bf16", "v_ptr": "*bf16", "kc_ptr": "*u8", "vc_ptr": "*u8", "loc_ptr": "*i64",
             "k_scale": "*fp32", "v_scale": "*fp32"}
-    label = f"write_{args.layout}_h{args.h}_d{args.d}_t{args.t}"
+    label = f"write_{args.layout}_h{args.h}_d{args.d}_t{args.t}_{args.fp8}"
     return label, cfg, _compile(W._write_kv_fp8_kernel, const, ptrs, set(), {"num_warps": cfg["num_warps"]})
 
 
@@ -125,6 +127,8 @@ def main() -> int:
     p.add_argument("--h", type=int, default=8)
     p.add_argument("--t", type=int, default=32768)
     p.add_argument("--layout", choices=("5d", "nhd"), default="5d")
+    p.add_argument("--fp8", choices=("e4m3fn", "e4m3fnuz"), default="e4m3fn",
+                   help="write: the cache format (e4m3fnuz compiles the integer encoder, as ROCm runs it)")
     p.add_argument("--out", default="aot_out")
     args = p.parse_args()
     if args.d is None:

@@ -3,7 +3,7 @@ defaults of fp8_write.launch_config and against SGLang's reshape_and_cache_flash
 (when importable), same run, same inputs. Rows go to OUT.json as they come, so
 a run cut short by a timeout still leaves its data.
 
-    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec|decode]
+    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec|decode|lanes]
 
 small: T = 1, 16, 128 with decode slots (distinct random) and T = 128, 1024
        with prefill runs; V bytes stored one by one (groups off) with windows of
@@ -29,6 +29,9 @@ spec: the register group path fetching the candidate leader's rows while the
 decode: scattered slots (one token per sequence) at decode batch sizes
        128 .. 4096: the default against V bytes one by one without groups
        over windows and heads per program, K and V halves alone.
+lanes: V bytes stored one by one with the lanes of a store on 16 / 4 / 2 / 1
+       tokens before the next dim (byte_tokens), prefill runs and decode
+       slots, T = 512 .. 16384.
 Times are CUDA-graph replay medians in us; ratio = time / byte floor.
 """
 
@@ -273,4 +276,21 @@ if which == "decode":
                 ("5d", dict(groups=False, parts="v", block_t=4, heads_per_program=1, d_split=1))]
         for T in (128, 512, 2048, 4096):
             sweep(H, D, T, "decode", cfgs)
+if which == "lanes":
+    # V bytes stored one by one with the lanes of a store on 16 / 4 / 2 / 1
+    # tokens before the next dim (byte_tokens), on prefill runs and on
+    # scattered decode slots, for the shapes that store bytes one by one (the
+    # bytes path, and the group path's tokens outside complete groups)
+    for H, D in ((8, 128), (2, 256), (1, 256)):
+        for T in (512, 1024, 2048, 4096, 16384):
+            for slots in ("runs", "decode"):
+                if T == 16384 and (slots == "decode" or D == 128):
+                    continue
+                cfgs = [("5d", None)] + [("5d", dict(byte_tokens=lt)) for lt in (4, 2, 1)]
+                if slots == "decode":
+                    cfgs += [("5d", dict(groups=False, block_t=4, heads_per_program=1, d_split=1, token_major=True))]
+                if T >= 2048 and D == 128:  # bytes one by one instead of the group path
+                    cfgs += [("5d", dict(groups=False, heads_per_program=1, d_split=1, token_major=True,
+                                         byte_tokens=lt)) for lt in (16, 4)]
+                sweep(H, D, T, slots, cfgs + [("nhd", None)])
 print(f"done in {time.time() - t0:.0f}s", flush=True)

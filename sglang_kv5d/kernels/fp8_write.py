@@ -58,9 +58,9 @@ Division. On the GPU the quotient is computed as ``x * RN(1/s)`` followed by
 two FMA residual corrections, which is the correctly rounded ``x / s``
 (Markstein) for scales within about 2**-90 .. 2**90, and has no slow path (the
 division instruction sequence has one, taken for zero numerators). It runs on
-``|x|`` clamped to ``500 * s`` (past every fp8 midpoint, so saturation is
-unchanged) and puts the sign back at the end. Under the CPU interpreter plain
-IEEE division is used.
+``|x|`` clamped to ``RN(FMAX * s)`` (a clamped quotient rounds to FMAX's
+code, so saturation is unchanged); the encoders take that magnitude and the
+sign of ``x``. Under the CPU interpreter plain IEEE division is used.
 
 FP8 encoding. On NVIDIA (sm_89+) with e4m3fn the hardware conversion
 (round-to-nearest-even, saturating) is used. Elsewhere (``e4m3fnuz`` on NVIDIA,
@@ -110,73 +110,97 @@ _INT32_LIMIT = 2**31 - 1
 
 
 @triton.jit
-def _encode_fp8(q, FNUZ: tl.constexpr, NATIVE: tl.constexpr):
-    """fp32 -> fp8 byte (uint8): saturate to the finite max, round to nearest even."""
-    if NATIVE:
-        # Hardware conversion (cvt.rn.satfinite.e4m3x2.f32 on sm_89+): rounds to
-        # nearest even, saturates finite overflow and +/-inf to +/-448, keeps NaN.
-        # (A clamp before it is redundant; dropping it made writes 1-5% faster
-        # on the H200, tests/gpu checks inf and NaN on the device.)
-        code = q.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+def _encode_native(q):
+    """fp32 -> e4m3fn byte (uint8) by the hardware conversion (sm_89+):
+    cvt.rn.satfinite.e4m3x2.f32 rounds to nearest even, saturates finite
+    overflow and +/-inf to +/-448 and keeps NaN. (A clamp before it is
+    redundant; dropping it made writes 1-5% faster on the H200, tests/gpu
+    checks inf and NaN on the device.)"""
+    return q.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+
+
+@triton.jit
+def _encode_bits(a, sign, FNUZ: tl.constexpr):
+    """fp8 byte (uint8) from a magnitude, by integer arithmetic on the fp32 bits.
+
+    ``a``: fp32 magnitude: >= 0 and at most the format's max plus a few fp32
+    ulps (they round down to the max; the caller clamps), or a NaN with the
+    sign bit clear. ``sign``: 0x80 for negative inputs, else 0 (uint32).
+    Rounds to nearest even, like the hardware conversion. NaN needs no test
+    of its own: its bits are the largest, and one unsigned min turns them
+    into the NaN code (0x7F | sign for e4m3fn, 0x80 for e4m3fnuz).
+    """
+    if FNUZ:
+        MIN_NORMAL: tl.constexpr = 0.0078125  # 2**-7
+        SUB_SCALE: tl.constexpr = 1024.0  # 1 / 2**-10, the subnormal step
+        EXP_ADJ: tl.constexpr = (127 - 8) << 3
+        NAN_MAG: tl.constexpr = 0x80
     else:
-        if FNUZ:
-            FMAX: tl.constexpr = 240.0
-            MIN_NORMAL: tl.constexpr = 0.0078125  # 2**-7
-            SUB_SCALE: tl.constexpr = 1024.0  # 1 / 2**-10, the subnormal step
-            EXP_ADJ: tl.constexpr = (127 - 8) << 3
-        else:
-            FMAX: tl.constexpr = 448.0
-            MIN_NORMAL: tl.constexpr = 0.015625  # 2**-6
-            SUB_SCALE: tl.constexpr = 512.0  # 1 / 2**-9
-            EXP_ADJ: tl.constexpr = (127 - 7) << 3
-        bits = q.to(tl.int32, bitcast=True)
-        sign = (bits >> 24) & 0x80
-        a = tl.minimum(tl.abs(q), FMAX)  # +inf -> FMAX; NaN handled below
-        u = a.to(tl.int32, bitcast=True)
-        # Normal range: keep 3 mantissa bits, round to nearest even on the rest.
-        normal = ((u + 0x7FFFF + ((u >> 20) & 1)) >> 20) - EXP_ADJ
-        # Subnormal range: a / step is exact; adding 2**23 rounds it to an
-        # integer (nearest even) in the fp32 adder; the low bits are the code.
-        sub = (a * SUB_SCALE + 8388608.0).to(tl.int32, bitcast=True) - 0x4B000000
-        mag = tl.where(a < MIN_NORMAL, sub, normal)
-        if FNUZ:
-            code = tl.where(mag == 0, 0, mag | sign)  # no negative zero in fnuz
-            code = tl.where(q != q, 0x80, code)
-        else:
-            code = mag | sign
-            code = tl.where(q != q, 0x7F | sign, code)
-        code = code.to(tl.uint8)
-    return code
+        MIN_NORMAL: tl.constexpr = 0.015625  # 2**-6
+        SUB_SCALE: tl.constexpr = 512.0  # 1 / 2**-9
+        EXP_ADJ: tl.constexpr = (127 - 7) << 3
+        NAN_MAG: tl.constexpr = 0x7F
+    u = a.to(tl.uint32, bitcast=True)
+    # Normal range: keep 3 mantissa bits, round to nearest even on the rest
+    # (unsigned: a NaN's bits cannot wrap and land at or above NAN_MAG).
+    normal = tl.minimum(((u + 0x7FFFF + ((u >> 20) & 1)) >> 20) - EXP_ADJ, NAN_MAG)
+    # Subnormal range: a / step is exact; adding 2**23 rounds it to an
+    # integer (nearest even) in the fp32 adder; the low bits are the code.
+    sub = (a * SUB_SCALE + 8388608.0).to(tl.uint32, bitcast=True) - 0x4B000000
+    mag = tl.where(a < MIN_NORMAL, sub, normal)  # NaN: not < MIN_NORMAL
+    if FNUZ:
+        code = tl.where(mag == 0, 0, mag | sign)  # no negative zero in fnuz; NaN: 0x80
+    else:
+        code = mag | sign
+    return code.to(tl.uint8)
 
 
 @triton.jit
 def _quantize(x, scale, rcp, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr, NATIVE: tl.constexpr):
-    """fp8 bytes of x / scale, the quotient rounded once to fp32 as IEEE division does."""
+    """fp8 bytes (uint8) of x / scale, saturated to the format's max, the
+    quotient rounded once to fp32 as IEEE division does."""
     xf = x.to(tl.float32)
+    if FNUZ:
+        FMAX: tl.constexpr = 240.0
+    else:
+        FMAX: tl.constexpr = 448.0
     if FMA_DIV:
         # Correctly rounded division without the slow path of div.rn: with
         # rcp = RN(1/scale), two residual corrections give RN(x/scale) exactly
         # (Markstein) whenever the residuals do not underflow, i.e. for scales
-        # in about [2**-90, 2**90]. The chain runs on |x| clamped to 500 * scale
-        # (NaN kept): quotients past that saturate either way (every fp8
-        # midpoint is below 500), the residuals cannot overflow, and +/-inf
-        # saturate. The sign is put back at the end, so -0 keeps its own
+        # in about [2**-90, 2**90]. The chain runs on |x| clamped to
+        # RN(FMAX * scale) (NaN kept): a clamped quotient is FMAX within an
+        # fp32 ulp or two, which rounds to FMAX's code, and an input past the
+        # clamp saturates to FMAX anyway; the residuals cannot overflow and
+        # +/-inf saturate. The sign comes from x's bits, so -0 keeps its own
         # e4m3fn code (0x80) without a test. The residual x - q*s is written
         # fma(q, -s, x) with the scalar negated once (Triton writes -q as
         # 0 - q, which the compiler cannot fold into the FMA). Per element:
-        # one min, one multiply, four FMAs, one bit operation.
-        xa = tl.minimum(tl.abs(xf), 500.0 * scale, propagate_nan=tl.PropagateNan.ALL)
+        # one min, one multiply, four FMAs, then the encoder.
+        xa = tl.minimum(tl.abs(xf), FMAX * scale, propagate_nan=tl.PropagateNan.ALL)
         neg_scale = -scale
         q0 = xa * rcp
         e = tl.fma(q0, neg_scale, xa)
         q1 = tl.fma(e, rcp, q0)
         e = tl.fma(q1, neg_scale, xa)
-        q2 = tl.fma(e, rcp, q1)
-        sign = xf.to(tl.int32, bitcast=True) & -2147483648
-        q = (q2.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+        q2 = tl.fma(e, rcp, q1)  # |x| / scale, clamped; NaN for NaN
+        xbits = xf.to(tl.int32, bitcast=True)
+        if NATIVE:
+            # the sign put back by one bit operation, then the hardware conversion
+            q = (q2.to(tl.int32, bitcast=True) | (xbits & -2147483648)).to(tl.float32, bitcast=True)
+            code = _encode_native(q)
+        else:
+            # the encoder takes the magnitude as it is: abs, clamp and sign
+            # are not done a second time on the quotient
+            code = _encode_bits(q2, (xbits.to(tl.uint32, bitcast=True) >> 24) & 0x80, FNUZ)
     else:
         q = xf / scale  # the interpreter divides with IEEE rounding
-    return _encode_fp8(q, FNUZ, NATIVE)
+        if NATIVE:
+            code = _encode_native(q)
+        else:
+            a = tl.minimum(tl.abs(q), FMAX, propagate_nan=tl.PropagateNan.ALL)
+            code = _encode_bits(a, (q.to(tl.uint32, bitcast=True) >> 24) & 0x80, FNUZ)
+    return code
 
 
 @triton.jit
@@ -256,22 +280,52 @@ def _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h0, d0, T, stride_kt, stride_
 
 
 @triton.jit
-def _store_v_bytes(src, vc_ptr, s, heads, d, vs, vrcp, load_mask, store_mask,
-                   H: tl.constexpr, DV: tl.constexpr, PAGE: tl.constexpr, X: tl.constexpr,
-                   FMA_DIV: tl.constexpr, FNUZ: tl.constexpr, NATIVE: tl.constexpr):
+def _store_v_bytes(src, vc_ptr, s, heads, d, vs, vrcp, load_t, store_t,
+                   H: tl.constexpr, HB: tl.constexpr, DV: tl.constexpr, BDV: tl.constexpr,
+                   PADDED: tl.constexpr, PAGE: tl.constexpr, X: tl.constexpr, BLOCK_T: tl.constexpr,
+                   LT: tl.constexpr, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr, NATIVE: tl.constexpr):
     """5D V, token by token: one byte per (token, head, d), 16 bytes apart.
 
-    ``src`` (tokens, heads, d) input pointers; ``s`` the tokens' slots;
-    ``heads`` (HB,) head ids; ``d`` (BDV,) dims.
+    ``src`` (BLOCK_T, HB, BDV) input pointers; ``s`` (BLOCK_T,) the tokens'
+    slots; ``load_t`` / ``store_t`` (BLOCK_T,) which tokens to load / store;
+    ``heads`` (HB,) head ids; ``d`` (BDV,) dims (``PADDED``: mask d >= DV).
+
+    ``LT``: how many tokens the adjacent lanes of a store walk before they
+    move to the next dim. LT = BLOCK_T stores the tile as it is loaded (Triton
+    3.6 puts the lanes on tokens first: on a run, 16 lanes fill one 16-byte
+    vector; on scattered slots one store touches a cache line per token).
+    With a smaller LT the bytes are stored as a (LT, BDV, HB, BLOCK_T / LT)
+    tile: LT tokens x 32 / LT dims per store, so a store of scattered slots
+    touches LT cache lines, and one of a run fills LT bytes of 32 / LT vectors
+    of the same line. Lanes follow the axes in the order Triton's coalescing
+    pass picks when no axis is contiguous (first to last in Triton 3.6, last
+    to first in later versions), and either way they walk tokens, then dims.
     """
-    x = tl.load(src, mask=load_mask, other=1.0)
+    x = tl.load(src, mask=load_t[:, None, None] & ((d < DV)[None, None, :] if PADDED else True),
+                other=1.0)
     code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
     blk = s // PAGE
     in_page = s - blk * PAGE
     vbase = blk * (H * DV * PAGE) + (in_page // X) * (DV * X) + (in_page % X)
-    dst = (vc_ptr + vbase[:, None, None] + (heads * (DV * PAGE))[None, :, None]
-           + (d * X)[None, None, :])
-    tl.store(dst, code, mask=store_mask)
+    if LT == BLOCK_T:
+        dst = (vc_ptr + vbase[:, None, None] + (heads * (DV * PAGE))[None, :, None]
+               + (d * X)[None, None, :])
+        m = store_t[:, None, None]
+        if PADDED:
+            m = m & (d < DV)[None, None, :]
+        tl.store(dst, code, mask=m)
+    else:
+        G: tl.constexpr = BLOCK_T // LT
+        # token t = g * LT + l  ->  axes (l, d, head, g)
+        code4 = tl.permute(tl.reshape(code, (G, LT, HB, BDV)), (1, 3, 2, 0))
+        vb2 = tl.permute(tl.reshape(vbase, (G, LT)), (1, 0))
+        st2 = tl.permute(tl.reshape(store_t.to(tl.int32), (G, LT)), (1, 0)) != 0
+        dst = (vc_ptr + vb2[:, None, None, :] + (d * X)[None, :, None, None]
+               + (heads * (DV * PAGE))[None, None, :, None])
+        m = st2[:, None, None, :]
+        if PADDED:
+            m = m & (d < DV)[None, :, None, None]
+        tl.store(dst, code4, mask=m)
 
 
 @triton.jit
@@ -378,7 +432,7 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
             H: tl.constexpr, HB: tl.constexpr, DV: tl.constexpr, BDV: tl.constexpr,
             D_SPLIT: tl.constexpr,
             PAGE: tl.constexpr, X: tl.constexpr, LAYOUT_5D: tl.constexpr, BLOCK_T: tl.constexpr,
-            V_SCALE_PTR: tl.constexpr, GROUPS: tl.constexpr, V_WORDS: tl.constexpr, V_SPEC: tl.constexpr,
+            BYTE_TOKENS: tl.constexpr, V_SCALE_PTR: tl.constexpr, GROUPS: tl.constexpr, V_WORDS: tl.constexpr, V_SPEC: tl.constexpr,
             CHUNK: tl.constexpr, IN_BF16: tl.constexpr, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr,
             NATIVE: tl.constexpr, LARGE: tl.constexpr):
     """V of HB heads, dims d0 .. d0+BDV, for a window of tokens (5D with GROUPS:
@@ -404,8 +458,8 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
                + d[None, None, :])
         tl.store(dst, code, mask=sm)
     elif not GROUPS:
-        _store_v_bytes(src_rows, vc_ptr, s, h0 + hh, d, vs, vrcp, lm, sm, H, DV, PAGE, X,
-                       FMA_DIV, FNUZ, NATIVE)
+        _store_v_bytes(src_rows, vc_ptr, s, h0 + hh, d, vs, vrcp, in_t, ok, H, HB, DV, BDV,
+                       BDV * D_SPLIT != DV, PAGE, X, BLOCK_T, BYTE_TOKENS, FMA_DIV, FNUZ, NATIVE)
     else:
         # Which tokens sit in a complete aligned group of X consecutive slots?
         # Token i with slot s and r = s % X belongs to the group that starts at
@@ -435,11 +489,8 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
         # Tokens outside complete groups: one byte per (token, head, d).
         scattered = ok & (covered == 0)
         if tl.sum(scattered.to(tl.int32), axis=0) > 0:
-            m = scattered[:, None, None]
-            if BDV * D_SPLIT != DV:
-                m = m & dm
-            _store_v_bytes(src_rows, vc_ptr, s, h0 + hh, d, vs, vrcp, m, m, H, DV, PAGE, X,
-                           FMA_DIV, FNUZ, NATIVE)
+            _store_v_bytes(src_rows, vc_ptr, s, h0 + hh, d, vs, vrcp, scattered, scattered, H, HB, DV, BDV,
+                           BDV * D_SPLIT != DV, PAGE, X, BLOCK_T, BYTE_TOKENS, FMA_DIV, FNUZ, NATIVE)
 
         # Complete groups that start in this window (at most one per X tokens):
         # load the (X tokens, HB, D) tile, store it as HB*D vectors of X bytes.
@@ -524,6 +575,7 @@ def _write_kv_fp8_kernel(
     X: tl.constexpr,
     LAYOUT_5D: tl.constexpr,
     BLOCK_T: tl.constexpr,
+    BYTE_TOKENS: tl.constexpr,
     SPLIT_KV: tl.constexpr,
     PART0: tl.constexpr,
     GROUPS: tl.constexpr,
@@ -570,16 +622,16 @@ def _write_kv_fp8_kernel(
         else:
             _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, dchunk * BDV, T, stride_vt,
                     stride_loc, n_slots, vc_stride_s, vc_stride_h, H, HB, DV, BDV, D_SPLIT, PAGE, X,
-                    LAYOUT_5D, BLOCK_T, V_SCALE_PTR, GROUPS, V_WORDS, V_SPEC, CHUNK, IN_BF16, FMA_DIV, FNUZ,
-                    NATIVE, LARGE)
+                    LAYOUT_5D, BLOCK_T, BYTE_TOKENS, V_SCALE_PTR, GROUPS, V_WORDS, V_SPEC, CHUNK, IN_BF16,
+                    FMA_DIV, FNUZ, NATIVE, LARGE)
     else:
         _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h0, dchunk * BDK, T, stride_kt,
                 stride_loc, n_slots, kc_stride_s, kc_stride_h, H, HB, DK, BDK, D_SPLIT, PAGE, X,
                 LAYOUT_5D, K_SCALE_PTR, FMA_DIV, FNUZ, NATIVE, LARGE)
         _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, dchunk * BDV, T, stride_vt,
                 stride_loc, n_slots, vc_stride_s, vc_stride_h, H, HB, DV, BDV, D_SPLIT, PAGE, X,
-                LAYOUT_5D, BLOCK_T, V_SCALE_PTR, GROUPS, V_WORDS, V_SPEC, CHUNK, IN_BF16, FMA_DIV, FNUZ,
-                NATIVE, LARGE)
+                LAYOUT_5D, BLOCK_T, BYTE_TOKENS, V_SCALE_PTR, GROUPS, V_WORDS, V_SPEC, CHUNK, IN_BF16,
+                FMA_DIV, FNUZ, NATIVE, LARGE)
 
 
 # --------------------------------------------------------------------------- #
@@ -773,7 +825,7 @@ def _native_fp8_ok(device: torch.device, fp8_dtype: torch.dtype) -> bool:
 
 
 _CONFIG_KEYS = ("block_t", "heads_per_program", "d_split", "split_kv", "num_warps", "groups", "v_words",
-                "parts", "maxnreg", "token_major", "v_spec")
+                "parts", "maxnreg", "token_major", "v_spec", "byte_tokens")
 
 
 # 5D V with D = 256: whole-vector groups once a call writes this many V bytes
@@ -858,7 +910,10 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
     and half before the next; True runs the programs of one token window, all
     head blocks, K and V, next to each other), ``v_spec`` (register group
     path with 16-token windows and one chunk of words: fetch the candidate
-    leader's rows while the group is checked).
+    leader's rows while the group is checked), ``byte_tokens`` (5D V bytes
+    stored one by one: how many tokens adjacent lanes of a store walk before
+    the next dim, a power of two; capped at ``block_t``, which stores the
+    tile as loaded; see ``_store_v_bytes``).
 
     From two H200 sweeps on 2026-11-29 (docs/benchmarks-fp8-write.md, "Second
     sweep"): small windows for decode sizes (more programs, each one short);
@@ -874,7 +929,7 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
     D = max(DK, DV)
     cfg = {"block_t": 16, "heads_per_program": 1, "d_split": 1, "split_kv": True,
            "num_warps": 4, "groups": False, "v_words": True, "parts": "kv", "maxnreg": None,
-           "token_major": False, "v_spec": False}
+           "token_major": False, "v_spec": False, "byte_tokens": 16}
     if layout_5d:
         if T > 1024 and D < 256:
             cfg.update(groups=True, heads_per_program=_heads_per_program(H, D, 256), token_major=True,
@@ -940,6 +995,9 @@ def _check_config(cfg: dict, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
     cfg["v_words"] = bool(cfg["v_words"]) and groups
     cfg["v_spec"] = bool(cfg["v_spec"]) and cfg["v_words"]
     cfg["token_major"] = bool(cfg["token_major"])
+    lt = cfg["byte_tokens"]
+    if isinstance(lt, bool) or not isinstance(lt, int) or lt < 1 or lt & (lt - 1):
+        raise ValueError(f"_config byte_tokens: expected a power of two, got {lt!r}")
     return cfg
 
 
@@ -1050,6 +1108,7 @@ def write_kv_fp8(
         X=X_FP8,
         LAYOUT_5D=plan.layout_5d,
         BLOCK_T=block_t,
+        BYTE_TOKENS=min(cfg["byte_tokens"], block_t),
         SPLIT_KV=split,
         PART0=1 if cfg["parts"] == "v" else 0,
         GROUPS=cfg["groups"],

@@ -116,7 +116,7 @@ def test_encoder_extremes_on_the_device(fw, ref, fp8_dtype, encoder):
                           float("inf")])
     mag = torch.cat([pos.float(), mids, torch.nextafter(mids, torch.full_like(mids, float("inf"))),
                      torch.nextafter(mids, torch.zeros_like(mids)), extra])
-    x = torch.cat([mag, -mag, torch.tensor([float("nan"), -0.0])])
+    x = torch.cat([mag, -mag, torch.tensor([float("nan"), -0.0]), torch.tensor([float("nan")]).neg()])
     n = (x.numel() + 15) // 16 * 16
     x = torch.cat([x, torch.ones(n - x.numel())]).view(-1, 1, 16)
     T = x.shape[0]

@@ -144,6 +144,12 @@ def test_saturation_inf_and_nan(fp8_dtype):
         assert torch.isnan(f[8])
         assert not torch.isnan(torch.cat([f[:8], f[9:]])).any()
         assert float(f.abs().nan_to_num(0).max()) == fmax
+    # a NaN with the sign bit set is NaN too (e4m3fn: 0xFF; e4m3fnuz has one NaN, 0x80)
+    neg_nan = torch.full((1, 1, 16), float("nan")).neg()
+    assert neg_nan.view(torch.int32)[0, 0, 0] < 0
+    fw.write_kv_fp8(neg_nan, neg_nan, kc, vc, torch.zeros(1, dtype=torch.int32), 1.0, 1e-30)
+    for c in (kc, vc):
+        assert set(c.view(torch.uint8).flatten().tolist()) == ({0xFF} if fp8_dtype == FN else {0x80})
 
 
 # --------------------------------------------------------------------------- #
@@ -210,6 +216,12 @@ CONFIGS = [
     dict(groups=False, block_t=4, split_kv=True, heads_per_program=1, d_split=2, token_major=False),
     dict(groups=True, block_t=16, split_kv=True, heads_per_program=2, v_spec=True),
     dict(groups=True, block_t=16, split_kv=False, heads_per_program=1, d_split=2, v_spec=True),
+    # V bytes stored with the lanes on 4, 2 or 1 tokens before the next dim
+    # (byte_tokens), in the bytes path and for the group path's scattered tokens
+    dict(groups=False, block_t=16, split_kv=True, heads_per_program=2, byte_tokens=4),
+    dict(groups=False, block_t=8, split_kv=False, heads_per_program=1, d_split=2, byte_tokens=1),
+    dict(groups=True, block_t=16, split_kv=True, heads_per_program=2, byte_tokens=4),
+    dict(groups=True, block_t=32, split_kv=False, heads_per_program=1, d_split=2, byte_tokens=2),
 ]
 
 
@@ -223,6 +235,23 @@ def test_every_launch_configuration_writes_the_same_bytes(cfg, kind):
     kc, vc = ref.make_caches("5d", n_blocks, page, H, D, D, gen=g)
     loc = ref.loc_pattern(kind, T, n_blocks * page, page, gen=g)
     _write_and_check(k, v, kc, vc, loc, 0.5, 0.75, FN, "5d", pass_dtype=FN, _config=cfg)
+
+
+@pytest.mark.parametrize("cfg", [dict(groups=False, block_t=16, heads_per_program=2, byte_tokens=4),
+                                 dict(groups=False, block_t=8, byte_tokens=2, d_split=2),
+                                 dict(groups=True, block_t=16, heads_per_program=2, byte_tokens=4, v_words=False)])
+@pytest.mark.parametrize("kind", ["scattered", "mixed"])
+def test_byte_store_lane_orders_with_padded_dims(cfg, kind):
+    """byte_tokens < block_t stores the V bytes from a permuted tile: head
+    dims that are not a power of two (DV = 48 in a 64-wide tile) stay masked,
+    K and V head dims differ."""
+    g = _gen(83 + cfg["block_t"] + len(kind))
+    H, DK, DV, page, n_blocks, T = 2, 32, 48, 32, 12, 90
+    k = ref.make_input(T, H, DK, torch.float16, gen=g, token_pad=8)
+    v = ref.make_input(T, H, DV, torch.float16, gen=g, token_pad=8)
+    kc, vc = ref.make_caches("5d", n_blocks, page, H, DK, DV, gen=g, typed=FNUZ)
+    loc = ref.loc_pattern(kind, T, n_blocks * page, page, gen=g)
+    _write_and_check(k, v, kc, vc, loc, 0.75, 1.5, FNUZ, "5d", pass_dtype=None, _config=cfg)
 
 
 @pytest.mark.parametrize("cfg", [dict(groups=True, block_t=16), dict(groups=True, block_t=32, heads_per_program=2),
