@@ -3,7 +3,7 @@ defaults of fp8_write.launch_config and against SGLang's reshape_and_cache_flash
 (when importable), same run, same inputs. Rows go to OUT.json as they come, so
 a run cut short by a timeout still leaves its data.
 
-    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec|decode|lanes]
+    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec|decode|lanes|lanes2]
 
 small: T = 1, 16, 128 with decode slots (distinct random) and T = 128, 1024
        with prefill runs; V bytes stored one by one (groups off) with windows of
@@ -32,6 +32,9 @@ decode: scattered slots (one token per sequence) at decode batch sizes
 lanes: V bytes stored one by one with the lanes of a store on 16 / 4 / 2 / 1
        tokens before the next dim (byte_tokens), prefill runs and decode
        slots, T = 512 .. 16384.
+lanes2: byte_tokens choosing per window (runs as loaded, other windows on
+       byte_tokens tokens), and bytes one by one against the group path
+       past 1024 tokens, prefill runs and decode, T = 512 .. 32768.
 Times are CUDA-graph replay medians in us; ratio = time / byte floor.
 """
 
@@ -292,5 +295,22 @@ if which == "lanes":
                 if T >= 2048 and D == 128:  # bytes one by one instead of the group path
                     cfgs += [("5d", dict(groups=False, heads_per_program=1, d_split=1, token_major=True,
                                          byte_tokens=lt)) for lt in (16, 4)]
+                sweep(H, D, T, slots, cfgs + [("nhd", None)])
+if which == "lanes2":
+    # byte_tokens < block_t now chooses per window: a window of one run is
+    # stored as loaded, any other with the lanes on byte_tokens tokens. Bytes
+    # one by one against the group path past 1024 tokens, runs and decode.
+    for H, D in ((8, 128), (2, 256), (1, 256)):
+        bytes16 = dict(groups=False, heads_per_program=1, token_major=D < 256, byte_tokens=16)
+        for T in (512, 1024, 2048, 4096, 8192, 32768):
+            for slots in ("runs", "decode"):
+                if T == 32768 and slots == "decode":
+                    continue
+                cfgs = [("5d", None), ("5d", dict(byte_tokens=4)), ("5d", dict(byte_tokens=2))]
+                if T > 1024:
+                    cfgs += [("5d", bytes16), ("5d", dict(bytes16, byte_tokens=4))]
+                    if D == 128:
+                        cfgs += [("5d", dict(bytes16, heads_per_program=2, byte_tokens=4)),
+                                 ("5d", dict(bytes16, d_split=2, byte_tokens=4))]
                 sweep(H, D, T, slots, cfgs + [("nhd", None)])
 print(f"done in {time.time() - t0:.0f}s", flush=True)

@@ -280,52 +280,79 @@ def _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h0, d0, T, stride_kt, stride_
 
 
 @triton.jit
-def _store_v_bytes(src, vc_ptr, s, heads, d, vs, vrcp, load_t, store_t,
-                   H: tl.constexpr, HB: tl.constexpr, DV: tl.constexpr, BDV: tl.constexpr,
-                   PADDED: tl.constexpr, PAGE: tl.constexpr, X: tl.constexpr, BLOCK_T: tl.constexpr,
-                   LT: tl.constexpr, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr, NATIVE: tl.constexpr):
+def _v_rows(src, load_t, d, DV: tl.constexpr, PADDED: tl.constexpr):
+    """The input rows ``src`` (pointers, (BLOCK_T, HB, BDV)) of the tokens in
+    ``load_t`` (``PADDED``: and the dims ``d`` < DV); 1.0 elsewhere."""
+    m = load_t[:, None, None]
+    if PADDED:
+        m = m & (d < DV)[None, None, :]
+    return tl.load(src, mask=m, other=1.0)
+
+
+@triton.jit
+def _store_v_bytes(code, vc_ptr, s, heads, d, store_t,
+                   H: tl.constexpr, DV: tl.constexpr, PADDED: tl.constexpr, PAGE: tl.constexpr,
+                   X: tl.constexpr):
     """5D V, token by token: one byte per (token, head, d), 16 bytes apart.
 
-    ``src`` (BLOCK_T, HB, BDV) input pointers; ``s`` (BLOCK_T,) the tokens'
-    slots; ``load_t`` / ``store_t`` (BLOCK_T,) which tokens to load / store;
+    ``code`` (BLOCK_T, HB, BDV) fp8 bytes; ``s`` (BLOCK_T,)
+    the tokens' slots; ``store_t`` (BLOCK_T,) which tokens to store;
     ``heads`` (HB,) head ids; ``d`` (BDV,) dims (``PADDED``: mask d >= DV).
-
-    ``LT``: how many tokens the adjacent lanes of a store walk before they
-    move to the next dim. LT = BLOCK_T stores the tile as it is loaded (Triton
-    3.6 puts the lanes on tokens first: on a run, 16 lanes fill one 16-byte
-    vector; on scattered slots one store touches a cache line per token).
-    With a smaller LT the bytes are stored as a (LT, BDV, HB, BLOCK_T / LT)
-    tile: LT tokens x 32 / LT dims per store, so a store of scattered slots
-    touches LT cache lines, and one of a run fills LT bytes of 32 / LT vectors
-    of the same line. Lanes follow the axes in the order Triton's coalescing
-    pass picks when no axis is contiguous (first to last in Triton 3.6, last
-    to first in later versions), and either way they walk tokens, then dims.
+    Triton 3.6 puts the lanes of this store on tokens first: on a run, 16
+    lanes fill one 16-byte vector; on scattered slots a store touches one
+    cache line per token (``_v_bytes_by_lanes`` is for those).
     """
-    x = tl.load(src, mask=load_t[:, None, None] & ((d < DV)[None, None, :] if PADDED else True),
-                other=1.0)
-    code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
     blk = s // PAGE
     in_page = s - blk * PAGE
     vbase = blk * (H * DV * PAGE) + (in_page // X) * (DV * X) + (in_page % X)
-    if LT == BLOCK_T:
-        dst = (vc_ptr + vbase[:, None, None] + (heads * (DV * PAGE))[None, :, None]
-               + (d * X)[None, None, :])
-        m = store_t[:, None, None]
-        if PADDED:
-            m = m & (d < DV)[None, None, :]
-        tl.store(dst, code, mask=m)
-    else:
-        G: tl.constexpr = BLOCK_T // LT
-        # token t = g * LT + l  ->  axes (l, d, head, g)
-        code4 = tl.permute(tl.reshape(code, (G, LT, HB, BDV)), (1, 3, 2, 0))
-        vb2 = tl.permute(tl.reshape(vbase, (G, LT)), (1, 0))
-        st2 = tl.permute(tl.reshape(store_t.to(tl.int32), (G, LT)), (1, 0)) != 0
-        dst = (vc_ptr + vb2[:, None, None, :] + (d * X)[None, :, None, None]
-               + (heads * (DV * PAGE))[None, None, :, None])
-        m = st2[:, None, None, :]
-        if PADDED:
-            m = m & (d < DV)[None, :, None, None]
-        tl.store(dst, code4, mask=m)
+    dst = (vc_ptr + vbase[:, None, None] + (heads * (DV * PAGE))[None, :, None]
+           + (d * X)[None, None, :])
+    m = store_t[:, None, None]
+    if PADDED:
+        m = m & (d < DV)[None, None, :]
+    tl.store(dst, code, mask=m)
+
+
+@triton.jit
+def _v_bytes_by_lanes(v_ptr, vc_ptr, i0, s, store_t, heads, d, stride_vt, vs, vrcp,
+                      H: tl.constexpr, HB: tl.constexpr, DV: tl.constexpr, BDV: tl.constexpr,
+                      PADDED: tl.constexpr, PAGE: tl.constexpr, X: tl.constexpr, BLOCK_T: tl.constexpr,
+                      LT: tl.constexpr, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr, NATIVE: tl.constexpr):
+    """5D V of the tokens ``store_t`` (BLOCK_T,) of the window at token ``i0``
+    (slots ``s``), loaded, quantised and stored as a (LT, BDV, HB, BLOCK_T / LT)
+    tile (token t = g * LT + l at [l, d, h, g]), so that a store's adjacent
+    lanes walk LT tokens, then dims: a store of scattered slots touches LT
+    cache lines instead of one per lane. Lanes follow the axes in the order
+    Triton's coalescing pass picks when no axis is contiguous (first to last
+    in Triton 3.6, last to first in later versions); either way tokens, then
+    dims. The rows are loaded in that layout too (no shared-memory transpose);
+    the loads wait for ``s``, so this is for windows known to be scattered.
+    """
+    G: tl.constexpr = BLOCK_T // LT
+    l = tl.arange(0, LT)[:, None, None, None]
+    g = tl.arange(0, G)[None, None, None, :]
+    dd = d[None, :, None, None]
+    hh = heads[None, None, :, None]
+    st = tl.permute(tl.reshape(store_t.to(tl.int32), (G, LT)), (1, 0))[:, None, None, :] != 0
+    if PADDED:
+        st = st & (dd < DV)
+    src = v_ptr + (i0 + g * LT + l) * stride_vt + hh * DV + dd
+    code = _quantize(tl.load(src, mask=st, other=1.0), vs, vrcp, FMA_DIV, FNUZ, NATIVE)
+    blk = s // PAGE
+    in_page = s - blk * PAGE
+    vbase = blk * (H * DV * PAGE) + (in_page // X) * (DV * X) + (in_page % X)
+    vb = tl.permute(tl.reshape(vbase, (G, LT)), (1, 0))[:, None, None, :]
+    tl.store(vc_ptr + vb + dd * X + hh * (DV * PAGE), code, mask=st)
+
+
+@triton.jit
+def _one_run(s, ok):
+    """Are the addressed slots of a window one run (consecutive slots, in any
+    order)? Decides only how V bytes are stored, never what is written."""
+    n = tl.sum(ok.to(tl.int32), axis=0)
+    lo = tl.min(tl.where(ok, s, 2147483647), axis=0)
+    hi = tl.max(tl.where(ok, s, -1), axis=0)
+    return hi - lo == n - 1
 
 
 @triton.jit
@@ -443,23 +470,35 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
     vs, vrcp = _scale_and_rcp(v_scale, V_SCALE_PTR)
     hh = tl.arange(0, HB)
     d = d0 + tl.arange(0, BDV)
-    lm = in_t[:, None, None]  # loads: rows in range (not waiting for loc)
-    sm = ok[:, None, None]  # stores: addressed slots
-    if BDV * D_SPLIT != DV:  # padded head dim
-        dm = (d < DV)[None, None, :]
-        lm = lm & dm
-        sm = sm & dm
     src_rows = (v_ptr + (rows * stride_vt)[:, None, None] + ((h0 + hh) * DV)[None, :, None]
                 + d[None, None, :])
     if not LAYOUT_5D:
+        lm = in_t[:, None, None]  # loads: rows in range (not waiting for loc)
+        sm = ok[:, None, None]  # stores: addressed slots
+        if BDV * D_SPLIT != DV:  # padded head dim
+            dm = (d < DV)[None, None, :]
+            lm = lm & dm
+            sm = sm & dm
         x = tl.load(src_rows, mask=lm, other=1.0)
         code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
         dst = (vc_ptr + (s * vc_stride_s)[:, None, None] + ((h0 + hh) * vc_stride_h)[None, :, None]
                + d[None, None, :])
         tl.store(dst, code, mask=sm)
     elif not GROUPS:
-        _store_v_bytes(src_rows, vc_ptr, s, h0 + hh, d, vs, vrcp, in_t, ok, H, HB, DV, BDV,
-                       BDV * D_SPLIT != DV, PAGE, X, BLOCK_T, BYTE_TOKENS, FMA_DIV, FNUZ, NATIVE)
+        # Loaded and quantised before the slots are looked at (loads do not wait
+        # for loc); only the way the bytes are stored depends on them: a window
+        # of one run as loaded (its bytes fill whole vectors), any other window
+        # with the lanes on BYTE_TOKENS tokens (decode: fewer cache lines per store).
+        x = _v_rows(src_rows, in_t, d, DV, BDV * D_SPLIT != DV)
+        if BYTE_TOKENS == BLOCK_T:
+            code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
+            _store_v_bytes(code, vc_ptr, s, h0 + hh, d, ok, H, DV, BDV * D_SPLIT != DV, PAGE, X)
+        elif _one_run(s, ok):
+            code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
+            _store_v_bytes(code, vc_ptr, s, h0 + hh, d, ok, H, DV, BDV * D_SPLIT != DV, PAGE, X)
+        else:
+            _v_bytes_by_lanes(v_ptr, vc_ptr, i0, s, ok, h0 + hh, d, stride_vt, vs, vrcp, H, HB, DV, BDV,
+                              BDV * D_SPLIT != DV, PAGE, X, BLOCK_T, BYTE_TOKENS, FMA_DIV, FNUZ, NATIVE)
     else:
         # Which tokens sit in a complete aligned group of X consecutive slots?
         # Token i with slot s and r = s % X belongs to the group that starts at
@@ -489,8 +528,20 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
         # Tokens outside complete groups: one byte per (token, head, d).
         scattered = ok & (covered == 0)
         if tl.sum(scattered.to(tl.int32), axis=0) > 0:
-            _store_v_bytes(src_rows, vc_ptr, s, h0 + hh, d, vs, vrcp, scattered, scattered, H, HB, DV, BDV,
-                           BDV * D_SPLIT != DV, PAGE, X, BLOCK_T, BYTE_TOKENS, FMA_DIV, FNUZ, NATIVE)
+            # (loaded only now, for these tokens) Next to complete groups, the
+            # bytes of a run's edges are stored as loaded; in a window without
+            # any, with the lanes on BYTE_TOKENS tokens.
+            if BYTE_TOKENS == BLOCK_T:
+                code = _quantize(_v_rows(src_rows, scattered, d, DV, BDV * D_SPLIT != DV), vs, vrcp, FMA_DIV,
+                                 FNUZ, NATIVE)
+                _store_v_bytes(code, vc_ptr, s, h0 + hh, d, scattered, H, DV, BDV * D_SPLIT != DV, PAGE, X)
+            elif tl.sum(covered.to(tl.int32), axis=0) > 0:
+                code = _quantize(_v_rows(src_rows, scattered, d, DV, BDV * D_SPLIT != DV), vs, vrcp, FMA_DIV,
+                                 FNUZ, NATIVE)
+                _store_v_bytes(code, vc_ptr, s, h0 + hh, d, scattered, H, DV, BDV * D_SPLIT != DV, PAGE, X)
+            else:
+                _v_bytes_by_lanes(v_ptr, vc_ptr, i0, s, scattered, h0 + hh, d, stride_vt, vs, vrcp, H, HB, DV,
+                                  BDV, BDV * D_SPLIT != DV, PAGE, X, BLOCK_T, BYTE_TOKENS, FMA_DIV, FNUZ, NATIVE)
 
         # Complete groups that start in this window (at most one per X tokens):
         # load the (X tokens, HB, D) tile, store it as HB*D vectors of X bytes.
