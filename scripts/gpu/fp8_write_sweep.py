@@ -3,7 +3,7 @@ defaults of fp8_write.launch_config and against SGLang's reshape_and_cache_flash
 (when importable), same run, same inputs. Rows go to OUT.json as they come, so
 a run cut short by a timeout still leaves its data.
 
-    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec|decode|lanes|lanes2]
+    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec|decode|lanes|lanes2|lanes3]
 
 small: T = 1, 16, 128 with decode slots (distinct random) and T = 128, 1024
        with prefill runs; V bytes stored one by one (groups off) with windows of
@@ -35,6 +35,8 @@ lanes: V bytes stored one by one with the lanes of a store on 16 / 4 / 2 / 1
 lanes2: byte_tokens choosing per window (runs as loaded, other windows on
        byte_tokens tokens), and bytes one by one against the group path
        past 1024 tokens, prefill runs and decode, T = 512 .. 32768.
+lanes3: the seventh session's defaults against byte_tokens 16 / 8 / 2 and,
+       for D <= 128 between 1024 and 4096 tokens, the sixth's group path.
 Times are CUDA-graph replay medians in us; ratio = time / byte floor.
 """
 
@@ -312,5 +314,17 @@ if which == "lanes2":
                     if D == 128:
                         cfgs += [("5d", dict(bytes16, heads_per_program=2, byte_tokens=4)),
                                  ("5d", dict(bytes16, d_split=2, byte_tokens=4))]
+                sweep(H, D, T, slots, cfgs + [("nhd", None)])
+if which == "lanes3":
+    # the seventh session's defaults (bytes one by one up to 4096 tokens for
+    # D <= 128, byte_tokens 4 judged from the window's first and last two
+    # slots) against the sixth's (groups past 1024 tokens, byte_tokens 16)
+    for H, D in ((8, 128), (2, 256), (1, 256)):
+        for T in (256, 512, 1024, 2048, 4096, 8192):
+            for slots in ("runs", "decode"):
+                cfgs = [("5d", None), ("5d", dict(byte_tokens=16)), ("5d", dict(byte_tokens=8)),
+                        ("5d", dict(byte_tokens=2))]
+                if D == 128 and 1024 < T <= 4096:
+                    cfgs.append(("5d", dict(groups=True, heads_per_program=2, v_spec=True, byte_tokens=16)))
                 sweep(H, D, T, slots, cfgs + [("nhd", None)])
 print(f"done in {time.time() - t0:.0f}s", flush=True)

@@ -35,7 +35,12 @@ token owns one byte of every 16-byte vector. Two ways to write it:
 * bytes one by one (``groups`` off): each token stores its bytes; when a
   prefill run fills a group of 16 slots, the L2 cache merges the 16 bytes of
   each vector before they reach memory. Used for decode sizes, for D = 256
-  below 8 MiB of V per call, and for D <= 128 up to 1024 tokens.
+  below 8 MiB of V per call, and for D <= 128 up to 4096 tokens. How a
+  store's lanes walk the bytes is chosen per window (``byte_tokens``): a
+  window that starts and ends inside runs (prefill) stores the tile as
+  loaded, where 16 lanes fill one vector; any other window (decode) stores
+  with the lanes on 4 tokens, so that one store touches 4 cache lines
+  instead of 16.
 * whole vectors (``groups`` on): the V program checks *in the kernel* (no host
   sync, CUDA-graph safe) which tokens belong to a complete aligned group (X
   consecutive tokens whose slots are consecutive and start at a multiple of X).
@@ -43,7 +48,7 @@ token owns one byte of every 16-byte vector. Two ways to write it:
   as whole 16-byte vectors (a (D_v, X) tile per head, contiguous in the cache);
   tokens outside complete groups (decode, run edges) are written byte by byte.
   At most one group starts in any X consecutive tokens, so a window of G*X
-  tokens has at most G. Used for D <= 128 past 1024 tokens and for D = 256
+  tokens has at most G. Used for D <= 128 past 4096 tokens and for D = 256
   from 8 MiB of V per call. With 16-bit inputs (``v_words``) a group is
   transposed in registers: each thread reads one 32-bit word (two dims) of
   each of the X rows and stores the two vectors of those dims; other inputs
@@ -346,13 +351,19 @@ def _v_bytes_by_lanes(v_ptr, vc_ptr, i0, s, store_t, heads, d, stride_vt, vs, vr
 
 
 @triton.jit
-def _one_run(s, ok):
-    """Are the addressed slots of a window one run (consecutive slots, in any
-    order)? Decides only how V bytes are stored, never what is written."""
-    n = tl.sum(ok.to(tl.int32), axis=0)
-    lo = tl.min(tl.where(ok, s, 2147483647), axis=0)
-    hi = tl.max(tl.where(ok, s, -1), axis=0)
-    return hi - lo == n - 1
+def _run_like(loc_ptr, i0, T, stride_loc, BLOCK_T: tl.constexpr):
+    """Does the window of BLOCK_T tokens at ``i0`` start and end inside runs
+    of consecutive slots (loc[i0 + 1] == loc[i0] + 1 and the same for its last
+    two tokens)? Prefill windows do, with at most a run boundary inside;
+    decode windows do not. Four scalar loads, no reduction. It decides only
+    how V bytes are stored, never what is written."""
+    last = i0 + (BLOCK_T - 1)
+    full = last < T
+    a0 = tl.load(loc_ptr + i0 * stride_loc, mask=full, other=0)
+    a1 = tl.load(loc_ptr + (i0 + 1) * stride_loc, mask=full, other=0)
+    b0 = tl.load(loc_ptr + (last - 1) * stride_loc, mask=full, other=0)
+    b1 = tl.load(loc_ptr + last * stride_loc, mask=full, other=0)
+    return (a1 - a0 == 1) & (b1 - b0 == 1)
 
 
 @triton.jit
@@ -487,13 +498,13 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
     elif not GROUPS:
         # Loaded and quantised before the slots are looked at (loads do not wait
         # for loc); only the way the bytes are stored depends on them: a window
-        # of one run as loaded (its bytes fill whole vectors), any other window
+        # inside runs as loaded (its bytes fill whole vectors), any other window
         # with the lanes on BYTE_TOKENS tokens (decode: fewer cache lines per store).
         x = _v_rows(src_rows, in_t, d, DV, BDV * D_SPLIT != DV)
         if BYTE_TOKENS == BLOCK_T:
             code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
             _store_v_bytes(code, vc_ptr, s, h0 + hh, d, ok, H, DV, BDV * D_SPLIT != DV, PAGE, X)
-        elif _one_run(s, ok):
+        elif _run_like(loc_ptr, i0, T, stride_loc, BLOCK_T):
             code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
             _store_v_bytes(code, vc_ptr, s, h0 + hh, d, ok, H, DV, BDV * D_SPLIT != DV, PAGE, X)
         else:
@@ -882,6 +893,11 @@ _CONFIG_KEYS = ("block_t", "heads_per_program", "d_split", "split_kv", "num_warp
 # 5D V with D = 256: whole-vector groups once a call writes this many V bytes
 # (T x H x D_v), bytes one by one below (H200 sweeps, sixth session).
 _GROUPS_MIN_V_BYTES_D256 = 1 << 23
+# 5D V with D <= 128: whole-vector groups past this many tokens, bytes one by
+# one up to it (H200 lanes2 sweep, seventh session: bytes one by one are 4-6%
+# faster on prefill runs of 2048 and 4096 tokens and 2-3x faster on decode
+# batches of that size; groups win from 8192 tokens).
+_GROUPS_MIN_T = 4096
 
 
 def _heads_per_program(H: int, D: int, elements: int) -> int:
@@ -968,27 +984,31 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
 
     From two H200 sweeps on 2026-11-29 (docs/benchmarks-fp8-write.md, "Second
     sweep"): small windows for decode sizes (more programs, each one short);
-    for 5D, V bytes stored one by one except for D <= 128 past 1024 tokens,
-    where the group path wins, and rows of 256 dims split over two programs;
+    for 5D, V bytes stored one by one except for D <= 128 past 1024 tokens
+    (4096 since the seventh session), where the group path wins, and rows of 256 dims split over two programs;
     for NHD, rows of up to 512 elements per program past 128 tokens. From
     the sixth session's sweeps: the token-major launch order for 5D with
     D <= 128 and with groups (2-3% faster at T >= 1024; slower for D = 256
     with bytes one by one), and groups for D = 256 (rows split over two
     programs) once a call writes at least 8 MiB of V (bytes one by one lose
-    1-4% from T x H = 32768 on, after the cheaper division).
+    1-4% from T x H = 32768 on, after the cheaper division). From the seventh
+    session's sweeps: bytes one by one for D <= 128 up to 4096 tokens (was
+    1024), and ``byte_tokens`` 4 there (windows that are not inside runs,
+    i.e. decode, store with the lanes on 4 tokens).
     """
     D = max(DK, DV)
     cfg = {"block_t": 16, "heads_per_program": 1, "d_split": 1, "split_kv": True,
            "num_warps": 4, "groups": False, "v_words": True, "parts": "kv", "maxnreg": None,
            "token_major": False, "v_spec": False, "byte_tokens": 16}
     if layout_5d:
-        if T > 1024 and D < 256:
+        if T > _GROUPS_MIN_T and D < 256:
             cfg.update(groups=True, heads_per_program=_heads_per_program(H, D, 256), token_major=True,
                        v_spec=True)
         elif D == 256 and T * H * DV >= _GROUPS_MIN_V_BYTES_D256:
             cfg.update(groups=True, d_split=_row_chunks(DK, DV), token_major=True)
         else:
-            cfg.update(d_split=_row_chunks(DK, DV), block_t=4 if T <= 128 else 16, token_major=D < 256)
+            cfg.update(d_split=_row_chunks(DK, DV), block_t=4 if T <= 128 else 16, token_major=D < 256,
+                       byte_tokens=4)
     elif T <= 128:
         cfg.update(block_t=4)
     else:

@@ -307,6 +307,32 @@ def test_launch_order_default():
     assert fw.launch_config(4096, 8, 128, 128, False)["token_major"] is False
 
 
+def test_d128_bytes_up_to_4096_tokens_with_decode_windows_on_4_tokens():
+    """D <= 128: V bytes one by one up to 4096 tokens (windows not inside runs
+    stored with the lanes on 4 tokens), whole-vector groups past that."""
+    for T in (129, 1024, 4096):
+        cfg = fw.launch_config(T, 8, 128, 128, True)
+        assert (cfg["groups"], cfg["block_t"], cfg["byte_tokens"], cfg["token_major"]) == (False, 16, 4, True)
+    big = fw.launch_config(4097, 8, 128, 128, True)
+    assert (big["groups"], big["v_spec"], big["byte_tokens"]) == (True, True, 16)
+    assert fw.launch_config(128, 8, 128, 128, True)["block_t"] == 4  # 4-token windows: stored as loaded
+
+
+@pytest.mark.parametrize("kind", ["runs", "scattered", "mixed", "tricky"])
+def test_default_bytes_path_on_runs_and_decode_windows(kind):
+    """The default configuration between 128 and 4096 tokens: windows inside
+    runs and the others (decode) take different stores; both write the same
+    bytes, including windows at the end of the tokens."""
+    g = _gen(91 + len(kind))
+    H, D, page, n_blocks, T = 2, 64, 32, 24, 300
+    assert fw.launch_config(T, H, D, D, True)["byte_tokens"] == 4
+    k = ref.make_input(T, H, D, torch.bfloat16, gen=g, token_pad=8)
+    v = ref.make_input(T, H, D, torch.bfloat16, gen=g)
+    kc, vc = ref.make_caches("5d", n_blocks, page, H, D, D, gen=g, typed=FN)
+    loc = ref.loc_pattern(kind, T, n_blocks * page, page, gen=g)
+    _write_and_check(k, v, kc, vc, loc, 0.6, torch.tensor([1.1]), FN, "5d")
+
+
 def test_d256_groups_from_8_mib_of_v():
     """D = 256: V bytes one by one below 8 MiB of V per call, whole-vector groups
     (one head, rows split over two programs, token-major) from there on."""
@@ -418,7 +444,7 @@ def test_v_words_launch_gives_each_thread_one_word():
 
 
 def test_v_group_launch_fetches_rows_early_only_with_one_block_and_one_chunk():
-    cfg = fw.launch_config(4096, 8, 128, 128, True)  # groups, 2 heads x 64 words, v_spec
+    cfg = fw.launch_config(8192, 8, 128, 128, True)  # groups, 2 heads x 64 words, v_spec
     assert fw._v_group_launch(cfg, 128, v_ok=True, warp_size=32, warps_fixed=False) == (True, True, 128, 4)
     assert fw._v_group_launch(cfg, 128, v_ok=False, warp_size=32, warps_fixed=False) == (False, False, 1, 4)
     two_chunks = dict(cfg, num_warps=2)  # 128 words on 64 fixed threads
