@@ -3,7 +3,7 @@ defaults of fp8_write.launch_config and against SGLang's reshape_and_cache_flash
 (when importable), same run, same inputs. Rows go to OUT.json as they come, so
 a run cut short by a timeout still leaves its data.
 
-    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec|decode|lanes|lanes2|lanes3]
+    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec|decode|lanes|lanes2|lanes3|bytes]
 
 small: T = 1, 16, 128 with decode slots (distinct random) and T = 128, 1024
        with prefill runs; V bytes stored one by one (groups off) with windows of
@@ -37,6 +37,8 @@ lanes2: byte_tokens choosing per window (runs as loaded, other windows on
        past 1024 tokens, prefill runs and decode, T = 512 .. 32768.
 lanes3: the seventh session's defaults against byte_tokens 16 / 8 / 2 and,
        for D <= 128 between 1024 and 4096 tokens, the sixth's group path.
+bytes: the bytes path on prefill runs of 2048 and 4096 tokens: windows,
+       heads per program, row chunks, warps, launch order; K and V alone.
 Times are CUDA-graph replay medians in us; ratio = time / byte floor.
 """
 
@@ -327,4 +329,20 @@ if which == "lanes3":
                 if D == 128 and 1024 < T <= 4096:
                     cfgs.append(("5d", dict(groups=True, heads_per_program=2, v_spec=True, byte_tokens=16)))
                 sweep(H, D, T, slots, cfgs + [("nhd", None)])
+if which == "bytes":
+    # the bytes path at prefill sizes (runs): windows, heads per program, row
+    # chunks, warps and launch order around the defaults; K and V halves
+    for H, D in ((8, 128), (2, 256), (1, 256)):
+        cfgs = [("5d", None), ("5d", dict(parts="k")), ("5d", dict(parts="v"))]
+        for bt in (16, 32):
+            for hb in (1, 2):
+                for ds in (1, 2):
+                    for nw in (2, 4, 8):
+                        if hb > H or (D // ds) < 64:
+                            continue
+                        cfgs.append(("5d", dict(groups=False, block_t=bt, heads_per_program=hb, d_split=ds,
+                                                num_warps=nw, byte_tokens=16)))
+        cfgs.append(("5d", dict(token_major=D == 256)))
+        for T in (2048, 4096):
+            sweep(H, D, T, "runs", cfgs + [("nhd", None)])
 print(f"done in {time.time() - t0:.0f}s", flush=True)

@@ -35,12 +35,12 @@ token owns one byte of every 16-byte vector. Two ways to write it:
 * bytes one by one (``groups`` off): each token stores its bytes; when a
   prefill run fills a group of 16 slots, the L2 cache merges the 16 bytes of
   each vector before they reach memory. Used for decode sizes, for D = 256
-  below 8 MiB of V per call, and for D <= 128 up to 4096 tokens. How a
-  store's lanes walk the bytes is chosen per window (``byte_tokens``): a
-  window that starts and ends inside runs (prefill) stores the tile as
-  loaded, where 16 lanes fill one vector; any other window (decode) stores
-  with the lanes on 4 tokens, so that one store touches 4 cache lines
-  instead of 16.
+  below 8 MiB of V per call, and for D <= 128 up to 4096 tokens. Up to 2048
+  tokens, how a store's lanes walk the bytes is chosen per window
+  (``byte_tokens``): a window that starts and ends inside runs (prefill)
+  stores the tile as loaded, where 16 lanes fill one vector; any other
+  window (decode) stores with the lanes on 4 tokens, so that one store
+  touches 4 cache lines instead of 16.
 * whole vectors (``groups`` on): the V program checks *in the kernel* (no host
   sync, CUDA-graph safe) which tokens belong to a complete aligned group (X
   consecutive tokens whose slots are consecutive and start at a multiple of X).
@@ -898,6 +898,12 @@ _GROUPS_MIN_V_BYTES_D256 = 1 << 23
 # faster on prefill runs of 2048 and 4096 tokens and 2-3x faster on decode
 # batches of that size; groups win from 8192 tokens).
 _GROUPS_MIN_T = 4096
+# Bytes one by one: up to this many tokens, windows that are not inside runs
+# (decode) store with the lanes on 4 tokens (byte_tokens 4: 22-33% faster on
+# decode batches, 0-3.5% slower on prefill runs in the H200 lanes3 sweep);
+# past it prefill runs are the common case (5-10% slower with byte_tokens 4
+# at 4096 and 8192 tokens) and decode batches that large are rare.
+_DECODE_LANES_MAX_T = 2048
 
 
 def _heads_per_program(H: int, D: int, elements: int) -> int:
@@ -993,8 +999,9 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
     programs) once a call writes at least 8 MiB of V (bytes one by one lose
     1-4% from T x H = 32768 on, after the cheaper division). From the seventh
     session's sweeps: bytes one by one for D <= 128 up to 4096 tokens (was
-    1024), and ``byte_tokens`` 4 there (windows that are not inside runs,
-    i.e. decode, store with the lanes on 4 tokens).
+    1024), and ``byte_tokens`` 4 on the bytes path up to 2048 tokens
+    (windows that are not inside runs, i.e. decode, store with the lanes on
+    4 tokens).
     """
     D = max(DK, DV)
     cfg = {"block_t": 16, "heads_per_program": 1, "d_split": 1, "split_kv": True,
@@ -1008,7 +1015,7 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
             cfg.update(groups=True, d_split=_row_chunks(DK, DV), token_major=True)
         else:
             cfg.update(d_split=_row_chunks(DK, DV), block_t=4 if T <= 128 else 16, token_major=D < 256,
-                       byte_tokens=4)
+                       byte_tokens=4 if T <= _DECODE_LANES_MAX_T else 16)
     elif T <= 128:
         cfg.update(block_t=4)
     else:

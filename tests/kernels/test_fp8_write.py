@@ -308,11 +308,15 @@ def test_launch_order_default():
 
 
 def test_d128_bytes_up_to_4096_tokens_with_decode_windows_on_4_tokens():
-    """D <= 128: V bytes one by one up to 4096 tokens (windows not inside runs
-    stored with the lanes on 4 tokens), whole-vector groups past that."""
-    for T in (129, 1024, 4096):
+    """D <= 128: V bytes one by one up to 4096 tokens, whole-vector groups past
+    that; up to 2048 tokens (any D) windows not inside runs store with the
+    lanes on 4 tokens."""
+    for T in (129, 1024, 2048, 2049, 4096):
         cfg = fw.launch_config(T, 8, 128, 128, True)
-        assert (cfg["groups"], cfg["block_t"], cfg["byte_tokens"], cfg["token_major"]) == (False, 16, 4, True)
+        assert (cfg["groups"], cfg["block_t"], cfg["token_major"]) == (False, 16, True)
+        assert cfg["byte_tokens"] == (4 if T <= 2048 else 16)
+    assert fw.launch_config(8192, 2, 256, 256, True)["byte_tokens"] == 16  # bytes, D = 256, prefill sizes
+    assert fw.launch_config(2048, 2, 256, 256, True)["byte_tokens"] == 4
     big = fw.launch_config(4097, 8, 128, 128, True)
     assert (big["groups"], big["v_spec"], big["byte_tokens"]) == (True, True, 16)
     assert fw.launch_config(128, 8, 128, 128, True)["block_t"] == 4  # 4-token windows: stored as loaded
