@@ -1,0 +1,64 @@
+"""CPU tests of the FP8 write benchmark's pure parts: which rows it runs, the
+target verdicts and the table (the timing itself needs a GPU: tests/gpu)."""
+
+from sglang_kv5d.bench import fp8_write as bench
+
+
+def _row(geometry, layout, T, loc, fused, flash, *, dtype="float8_e4m3fn", unfused=None):
+    floor = 1.0
+    return {
+        "geometry": geometry, "H": 8, "D_k": 128, "D_v": 128, "layout": layout, "cache_dtype": dtype,
+        "T": T, "loc": loc, "config": {}, "bytes": 0, "floor_us": floor, "fused_us": fused,
+        "fused_floor_ratio": fused / floor, "unfused_us": unfused,
+        "unfused_floor_ratio": unfused / floor if unfused else None,
+        "speedup_vs_unfused": unfused / fused if unfused else None, "flash_us": flash,
+        "flash_floor_ratio": flash / floor if flash else None,
+        "fused_vs_flash": fused / flash if flash else None,
+    }
+
+
+def test_row_cases_add_decode_batches_and_keep_prefill_rows():
+    cases = bench.row_cases(bench.DEFAULT_TOKEN_COUNTS, bench.DEFAULT_DECODE_BATCHES)
+    assert cases == [(1, "decode"), (16, "decode"), (128, "decode"), (512, "decode"), (1024, "prefill"),
+                     (2048, "decode"), (4096, "prefill"), (32768, "prefill"), (262144, "prefill")]
+    # a T asked for both ways gets both rows
+    assert bench.row_cases([1024], [1024]) == [(1024, "decode"), (1024, "prefill")]
+    assert bench.row_cases([64], []) == [(64, "decode")]
+
+
+def test_verdicts_name_decode_batches_and_judge_each_target():
+    rows = [
+        _row("llama-like", "5d", 128, "decode", 2.5, 2.0),  # 1.25x flash: not within 5%
+        _row("llama-like", "5d", 512, "decode", 5.0, 2.4),  # a decode batch, also not within 5%
+        _row("llama-like", "nhd", 1024, "prefill", 2.0, 2.0),  # equal: within 5%
+        _row("llama-like", "5d", 4096, "prefill", 7.0, 7.5),  # faster than flash
+        _row("llama-like", "5d", 32768, "prefill", 1.2, 2.0, unfused=9.0),  # 1.2x floor; 7.5x unfused
+        _row("llama-like", "5d", 32768, "prefill", 1.3, None, dtype="float8_e4m3fnuz", unfused=8.0),
+    ]
+    v = bench.evaluate_targets({"rows": rows})
+    fn = v["float8_e4m3fn"]
+    assert fn["T < 4096: fused within 5% of flash"] == {
+        "met": False, "checked": 3,
+        "failures": ["llama-like/5d/T=128: 1.250", "llama-like/5d/T=512 decode: 2.083"]}
+    assert fn["T >= 4096: fused faster than flash (NHD peer)"]["met"] is True
+    assert fn["T <= 128: fused <= 6 us"] == {"met": True, "checked": 1, "failures": []}
+    assert fn["large T: fused <= 1.15x byte floor"]["failures"] == ["llama-like/5d/T=32768: 1.20x"]
+    assert fn["T >= 32768, 5D: >= 7x faster than unfused"]["met"] is True
+    fnuz = v["float8_e4m3fnuz"]
+    assert fnuz["T >= 32768, 5D: >= 7x faster than unfused"]["failures"] == ["llama-like/T=32768: 6.2x"]
+    assert "T < 4096: fused within 5% of flash" not in fnuz  # no peer rows for that format
+
+
+def test_table_shows_the_slot_kind_of_each_row():
+    rows = [_row("llama-like", "5d", 512, "decode", 5.0, 2.4), _row("llama-like", "5d", 1024, "prefill", 3.0, 2.9)]
+    result = {"rows": rows, "device": {"gpu": "X", "driver": "1", "torch": "t", "triton": "tr"},
+              "copy_bandwidth_bytes_per_s": 2.0e12, "page": 64, "input_dtype": "bfloat16",
+              "timing": "CUDA-graph replay median, us per call"}
+    result["verdicts"] = bench.evaluate_targets(result)
+    lines = bench.format_table(result).splitlines()
+    assert "slots" in lines[3]
+    body = [ln for ln in lines if ln.startswith("llama-like")]
+    assert "decode" in body[0] and " 512 " in body[0] and "2.083" in body[0]
+    assert "prefill" in body[1]
+    assert any("[NOT MET] T < 4096: fused within 5% of flash (2 rows): llama-like/5d/T=512 decode: 2.083" in ln
+               for ln in lines)
