@@ -3,7 +3,7 @@ defaults of fp8_write.launch_config and against SGLang's reshape_and_cache_flash
 (when importable), same run, same inputs. Rows go to OUT.json as they come, so
 a run cut short by a timeout still leaves its data.
 
-    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec|decode|lanes|lanes2|lanes3|bytes]
+    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec|decode|lanes|lanes2|lanes3|bytes|d256]
 
 small: T = 1, 16, 128 with decode slots (distinct random) and T = 128, 1024
        with prefill runs; V bytes stored one by one (groups off) with windows of
@@ -39,10 +39,14 @@ lanes3: the seventh session's defaults against byte_tokens 16 / 8 / 2 and,
        for D <= 128 between 1024 and 4096 tokens, the sixth's group path.
 bytes: the bytes path on prefill runs of 2048 and 4096 tokens: windows,
        heads per program, row chunks, warps, launch order; K and V alone.
+d256: D = 256 prefill runs of 8192 .. 131072 tokens (H = 1, 2): the group
+       path's row chunks and warps against bytes one by one; Llama-like
+       heads per program at 8192 / 32768. Meant for SWEEP_DTYPE=float8_e4m3fnuz.
 Times are CUDA-graph replay medians in us; ratio = time / byte floor.
 """
 
 import json
+import os
 import sys
 import time
 
@@ -62,7 +66,10 @@ gen = torch.Generator().manual_seed(1)
 t0 = time.time()
 GEOS = [(1, 256), (2, 256), (8, 128)]
 PAGE = 64
-FN = torch.float8_e4m3fn
+# SWEEP_DTYPE=float8_e4m3fnuz sweeps the integer encoder (the peer has no such format on NVIDIA)
+FN = getattr(torch, os.environ.get("SWEEP_DTYPE", "float8_e4m3fn"))
+if FN != torch.float8_e4m3fn:
+    flash = "not run for this format"
 
 
 def caches(layout, n_pages, H, D):
@@ -345,4 +352,17 @@ if which == "bytes":
         cfgs.append(("5d", dict(token_major=D == 256)))
         for T in (2048, 4096):
             sweep(H, D, T, "runs", cfgs + [("nhd", None)])
+if which == "d256":
+    # D = 256 past the bytes path: row chunks of the group path against bytes
+    # one by one (run with SWEEP_DTYPE=float8_e4m3fnuz for the integer encoder)
+    for H in (1, 2):
+        cfgs = [("5d", None), ("5d", dict(groups=True, d_split=1, token_major=True)),
+                ("5d", dict(groups=True, d_split=2, token_major=True, num_warps=4)),
+                ("5d", dict(groups=False, d_split=2, token_major=False)),
+                ("5d", dict(groups=False, d_split=1, token_major=False)), ("nhd", None)]
+        for T in (8192, 16384, 32768, 131072):
+            sweep(H, 256, T, "runs", cfgs)
+    for T in (8192, 32768):
+        sweep(8, 128, T, "runs", [("5d", None), ("5d", dict(heads_per_program=1, d_split=1)),
+                                  ("5d", dict(groups=False, heads_per_program=1, token_major=True)), ("nhd", None)])
 print(f"done in {time.time() - t0:.0f}s", flush=True)
