@@ -86,7 +86,7 @@ def _write(args):
 
     five = args.layout == "5d"
     fnuz = args.fp8 == "e4m3fnuz"  # as on NVIDIA: fnuz takes the integer encoder
-    cfg = W.launch_config(args.t, args.h, args.d, args.d, five)
+    cfg = W.launch_config(args.t, args.h, args.d, args.d, five, native_fp8=not fnuz)
     ds = cfg["d_split"]
     bd = W.triton.next_power_of_2(args.d) // ds
     # as write_kv_fp8 does on NVIDIA (32 threads per warp) for 4-byte aligned bf16 rows

@@ -265,7 +265,8 @@ def run(
                         kc = torch.zeros(n_slots, H, DK, dtype=torch.uint8, device=dev)
                         vc = torch.zeros(n_slots, H, DV, dtype=torch.uint8, device=dev)
                     kct, vct = kc.view(cdt), vc.view(cdt)
-                    cfg = fp8_write.launch_config(T, H, DK, DV, layout == "5d")
+                    cfg = fp8_write.launch_config(T, H, DK, DV, layout == "5d",
+                                                  fp8_write._native_fp8_ok(dev, cdt))
 
                     def run_fused():
                         fp8_write.write_kv_fp8(k, v, kct, vct, loc, ks, vs)

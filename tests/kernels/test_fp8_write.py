@@ -222,6 +222,9 @@ CONFIGS = [
     dict(groups=False, block_t=8, split_kv=False, heads_per_program=1, d_split=2, byte_tokens=1),
     dict(groups=True, block_t=16, split_kv=True, heads_per_program=2, byte_tokens=4),
     dict(groups=True, block_t=32, split_kv=False, heads_per_program=1, d_split=2, byte_tokens=2),
+    # the group path as the GPU defaults run it (every scattered token stored as loaded)
+    dict(groups=True, block_t=16, split_kv=True, heads_per_program=2, v_spec=True, byte_tokens=16),
+    dict(groups=True, block_t=16, split_kv=True, heads_per_program=1, d_split=2, byte_tokens=16),
 ]
 
 
@@ -337,6 +340,22 @@ def test_default_bytes_path_on_runs_and_decode_windows(kind):
     _write_and_check(k, v, kc, vc, loc, 0.6, torch.tensor([1.1]), FN, "5d")
 
 
+def test_integer_encoder_stores_5d_v_bytes_one_by_one_at_every_size():
+    """native_fp8=False (e4m3fnuz, ROCm, the interpreter): no group path; rows
+    of 256 dims whole from 8 MiB of V per call, split below; NHD unchanged."""
+    for T, H, D in ((8192, 8, 128), (262144, 8, 128), (16384, 2, 256), (262144, 1, 256), (4096, 2, 256)):
+        native, bits = fw.launch_config(T, H, D, D, True), fw.launch_config(T, H, D, D, True, native_fp8=False)
+        assert bits["groups"] is False and bits["block_t"] == 16 and bits["byte_tokens"] == 16
+        whole = D == 256 and T * H * D >= 1 << 23
+        assert bits["d_split"] == (1 if whole else fw._row_chunks(D, D))
+        assert bits["token_major"] is (D < 256)
+        assert native["groups"] is (T * H * D >= 1 << 23 if D == 256 else T > 4096)
+    assert fw.launch_config(100, 2, 256, 256, True, native_fp8=False)["block_t"] == 4
+    assert fw.launch_config(2048, 2, 64, 64, True, native_fp8=False)["byte_tokens"] == 4
+    for T in (16, 4096, 262144):
+        assert fw.launch_config(T, 8, 128, 128, False, native_fp8=False) == fw.launch_config(T, 8, 128, 128, False)
+
+
 def test_d256_groups_from_8_mib_of_v():
     """D = 256: V bytes one by one below 8 MiB of V per call, whole-vector groups
     (one head, rows split over two programs, token-major) from there on."""
@@ -356,8 +375,9 @@ def test_launch_config_is_valid_for_any_shape():
                 for H in (1, 2, 3, 8, 16):
                     for T in (1, 100, 129, 1500, 5000, 40000):
                         plan = fw._Plan(T, H, DK, DV, layout_5d, 64, 1 << 20, FN, None, None)
-                        cfg = fw._resolve_config(plan, None)
-                        assert cfg["d_split"] & (cfg["d_split"] - 1) == 0
+                        for native in (True, False):
+                            cfg = fw._resolve_config(plan, None, native)
+                            assert cfg["d_split"] & (cfg["d_split"] - 1) == 0
 
 
 @pytest.mark.parametrize("bad,match", [
