@@ -324,7 +324,8 @@ def run(
                         row["flash_note"] = flash_note
                     result["rows"].append(row)
                     say(
-                        f"{geo['name']:>12} {layout:>3} {cdt_name:<15} T={T:>6} {loc_kind:<7}: fused {fused_us:8.2f} us "
+                        f"{geo['name']:>12} {layout:>3} {cdt_name:<15} T={T:>6} {loc_kind:<7}: "
+                        f"fused {fused_us:8.2f} us "
                         f"({row['fused_floor_ratio']:.2f}x floor)"
                         + (f", unfused {unfused_us:8.2f}" if unfused_us else "")
                         + (f", flash {flash_us:8.2f}" if flash_us else "")

@@ -330,8 +330,9 @@ def _v_bytes_by_lanes(v_ptr, vc_ptr, i0, s, store_t, heads, d, stride_vt, vs, vr
     cache lines instead of one per lane. Lanes follow the axes in the order
     Triton's coalescing pass picks when no axis is contiguous (first to last
     in Triton 3.6, last to first in later versions); either way tokens, then
-    dims. The rows are loaded in that layout too (no shared-memory transpose);
-    the loads wait for ``s``, so this is for windows known to be scattered.
+    dims. The rows are loaded here (Triton 3.6 loads them as 16-byte vectors
+    and transposes them through shared memory), after the caller's decision,
+    so this is for windows known to be scattered.
     """
     G: tl.constexpr = BLOCK_T // LT
     l = tl.arange(0, LT)[:, None, None, None]
@@ -470,7 +471,8 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
             H: tl.constexpr, HB: tl.constexpr, DV: tl.constexpr, BDV: tl.constexpr,
             D_SPLIT: tl.constexpr,
             PAGE: tl.constexpr, X: tl.constexpr, LAYOUT_5D: tl.constexpr, BLOCK_T: tl.constexpr,
-            BYTE_TOKENS: tl.constexpr, V_SCALE_PTR: tl.constexpr, GROUPS: tl.constexpr, V_WORDS: tl.constexpr, V_SPEC: tl.constexpr,
+            BYTE_TOKENS: tl.constexpr, V_SCALE_PTR: tl.constexpr, GROUPS: tl.constexpr, V_WORDS: tl.constexpr,
+            V_SPEC: tl.constexpr,
             CHUNK: tl.constexpr, IN_BF16: tl.constexpr, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr,
             NATIVE: tl.constexpr, LARGE: tl.constexpr):
     """V of HB heads, dims d0 .. d0+BDV, for a window of tokens (5D with GROUPS:
@@ -894,9 +896,9 @@ _CONFIG_KEYS = ("block_t", "heads_per_program", "d_split", "split_kv", "num_warp
 # (T x H x D_v), bytes one by one below (H200 sweeps, sixth session).
 _GROUPS_MIN_V_BYTES_D256 = 1 << 23
 # 5D V with D <= 128: whole-vector groups past this many tokens, bytes one by
-# one up to it (H200 lanes2 sweep, seventh session: bytes one by one are 4-6%
-# faster on prefill runs of 2048 and 4096 tokens and 2-3x faster on decode
-# batches of that size; groups win from 8192 tokens).
+# one up to it (H200 lanes2 / lanes3 sweeps, seventh session: bytes one by one
+# are 2-6% faster on prefill runs of 2048 and 4096 tokens and 2-3x faster on
+# decode batches of that size; groups win from 8192 tokens).
 _GROUPS_MIN_T = 4096
 # Bytes one by one: up to this many tokens, windows that are not inside runs
 # (decode) store with the lanes on 4 tokens (byte_tokens 4: 22-33% faster on
@@ -987,14 +989,17 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool, native_fp8:
     head blocks, K and V, next to each other), ``v_spec`` (register group
     path with 16-token windows and one chunk of words: fetch the candidate
     leader's rows while the group is checked), ``byte_tokens`` (5D V bytes
-    stored one by one: how many tokens adjacent lanes of a store walk before
-    the next dim, a power of two; capped at ``block_t``, which stores the
-    tile as loaded; see ``_store_v_bytes``).
+    stored one by one, a power of two: below ``block_t``, a window that does
+    not start and end inside runs (``_run_like``; in the group path: a window
+    without complete groups) stores with the lanes of a store on
+    ``byte_tokens`` tokens, then dims (``_v_bytes_by_lanes``); ``block_t`` or
+    more stores every window as loaded).
 
     From two H200 sweeps on 2026-11-29 (docs/benchmarks-fp8-write.md, "Second
     sweep"): small windows for decode sizes (more programs, each one short);
     for 5D, V bytes stored one by one except for D <= 128 past 1024 tokens
-    (4096 since the seventh session), where the group path wins, and rows of 256 dims split over two programs;
+    (4096 since the seventh session), where the group path wins, and rows of
+    256 dims split over two programs;
     for NHD, rows of up to 512 elements per program past 128 tokens. From
     the sixth session's sweeps: the token-major launch order for 5D with
     D <= 128 and with groups (2-3% faster at T >= 1024; slower for D = 256
