@@ -200,7 +200,7 @@ def run(
         "loc": {
             "decode": f"T <= {DECODE_MAX_T} and the decode batches {sorted(int(t) for t in decode_batches)}: "
                       "distinct random slots",
-            "prefill": "T > 128: runs of 1024..4096 consecutive slots, each from a random in-page offset",
+            "prefill": "the other T (> 128): runs of 1024..4096 consecutive slots, each from a random in-page offset",
         },
         "scales": "fused and flash: one-element fp32 tensors (read in-kernel); unfused: "
         "one-element fp32 tensors holding 1.0 (it divides its inputs in place every call)",
