@@ -3,7 +3,7 @@ defaults of fp8_write.launch_config and against SGLang's reshape_and_cache_flash
 (when importable), same run, same inputs. Rows go to OUT.json as they come, so
 a run cut short by a timeout still leaves its data.
 
-    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec|decode|lanes|lanes2|lanes3|bytes|d256]
+    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec|decode|lanes|lanes2|lanes3|bytes|d256|cold]
 
 small: T = 1, 16, 128 with decode slots (distinct random) and T = 128, 1024
        with prefill runs; V bytes stored one by one (groups off) with windows of
@@ -42,6 +42,8 @@ bytes: the bytes path on prefill runs of 2048 and 4096 tokens: windows,
 d256: D = 256 prefill runs of 8192 .. 131072 tokens (H = 1, 2): the group
        path's row chunks and warps against bytes one by one; Llama-like
        heads per program at 8192 / 32768. Meant for SWEEP_DTYPE=float8_e4m3fnuz.
+cold: the defaults, bytes one by one and the group path with caches of 4 GiB
+       per buffer (written lines cold, as in serving) against small caches.
 Times are CUDA-graph replay medians in us; ratio = time / byte floor.
 """
 
@@ -92,8 +94,10 @@ def time_us(fn, T):
     return common.graph_replay_median_us(fn, inner=20 if T <= 4096 else 10, reps=20)
 
 
-def sweep(H, D, T, slots, configs):
-    n_pages = (T * 5 // 4) // PAGE + 8
+def sweep(H, D, T, slots, configs, n_pages=None):
+    """Time ``configs`` (and the peer) on one shape; the caches hold about 1.25 T
+    slots unless ``n_pages`` says otherwise."""
+    n_pages = n_pages or (T * 5 // 4) // PAGE + 8
     k = torch.randn(T, H, D, device=dev).to(torch.bfloat16)
     v = torch.randn(T, H, D, device=dev).to(torch.bfloat16)
     if slots == "decode":
@@ -103,7 +107,7 @@ def sweep(H, D, T, slots, configs):
     ks = torch.tensor([0.75], device=dev)
     vs = torch.tensor([1.25], device=dev)
     floor = (T * H * 2 * D * 3 + T * 8) / bw * 1e6
-    base = dict(H=H, D=D, T=T, slots=slots)
+    base = dict(H=H, D=D, T=T, slots=slots, cache_pages=n_pages)
     if not isinstance(flash, str):
         kc, vc = caches("nhd", n_pages, H, D)
         us = time_us(lambda: flash(k, v, kc.view(-1, PAGE, H, D), vc.view(-1, PAGE, H, D), loc,
@@ -365,4 +369,21 @@ if which == "d256":
     for T in (8192, 32768):
         sweep(8, 128, T, "runs", [("5d", None), ("5d", dict(heads_per_program=1, d_split=1)),
                                   ("5d", dict(groups=False, heads_per_program=1, token_major=True)), ("nhd", None)])
+if which == "cold":
+    # caches of 4 GiB per K / V buffer (slots spread over all of it: the
+    # written lines are not in the 50 MB L2 between replays, as in serving)
+    # against the usual 1.25 T slots, for the choices the small caches made
+    for H, D in ((8, 128), (2, 256)):
+        pages = (4 << 30) // (PAGE * H * D)
+        groups = dict(groups=True, heads_per_program=2, v_spec=True, byte_tokens=16) if D == 128 else \
+            dict(groups=True, d_split=2, token_major=True, byte_tokens=16)
+        bytes16 = dict(groups=False, heads_per_program=1, d_split=1 if D == 128 else 2, token_major=D == 128,
+                       byte_tokens=16)
+        for T, slots in ((512, "decode"), (2048, "decode"), (1024, "runs"), (4096, "runs"), (32768, "runs")):
+            cfgs = [("5d", None), ("5d", bytes16), ("5d", groups)]
+            if slots == "decode":
+                cfgs.append(("5d", dict(bytes16, byte_tokens=4)))
+            for n in (None, pages):
+                sweep(H, D, T, slots, cfgs + [("nhd", None)], n_pages=n)
+                torch.cuda.empty_cache()
 print(f"done in {time.time() - t0:.0f}s", flush=True)
