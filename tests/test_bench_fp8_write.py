@@ -1,6 +1,8 @@
 """CPU tests of the FP8 write benchmark's pure parts: which rows it runs, the
 target verdicts and the table (the timing itself needs a GPU: tests/gpu)."""
 
+import pytest
+
 from sglang_kv5d.bench import fp8_write as bench
 
 
@@ -56,9 +58,39 @@ def test_table_shows_the_slot_kind_of_each_row():
               "timing": "CUDA-graph replay median, us per call"}
     result["verdicts"] = bench.evaluate_targets(result)
     lines = bench.format_table(result).splitlines()
-    assert "slots" in lines[3]
+    assert lines[2] == "caches: about 1.25 x T slots per buffer (written lines stay in L2)"
+    assert "slots" in lines[4]
     body = [ln for ln in lines if ln.startswith("llama-like")]
     assert "decode" in body[0] and " 512 " in body[0] and "2.083" in body[0]
     assert "prefill" in body[1]
     assert any("[NOT MET] T < 4096: fused within 5% of flash (2 rows): llama-like/5d/T=512 decode: 2.083" in ln
                for ln in lines)
+
+
+def test_cache_pages_default_and_serving_sizes():
+    # about 1.25 T slots by default, never fewer
+    assert bench.cache_pages(1024, 8, 128, 64) == 24
+    assert bench.cache_pages(1, 8, 128, 64) == 5
+    # 4 GiB of one buffer: 64 slots x 8 heads x 128 dims = 64 KiB per page
+    assert bench.cache_pages(1024, 8, 128, 64, cache_gib=4) == 65536
+    # a size smaller than the default keeps the default
+    assert bench.cache_pages(262144, 1, 256, 64, cache_gib=0.001) == 5124
+    result = {"rows": [], "device": {}, "copy_bandwidth_bytes_per_s": 1e12, "page": 64, "input_dtype": "bfloat16",
+              "timing": "t", "cache_gib": 4.0}
+    assert bench.format_table(result).splitlines()[2] == "caches: at least 4 GiB per buffer, slots spread over it"
+
+
+def test_bench_cli_explains_and_checks_cache_size():
+    from click.testing import CliRunner
+
+    from sglang_kv5d.cli.bench import bench as bench_cmd
+
+    out = CliRunner().invoke(bench_cmd, ["--help"])
+    assert out.exit_code == 0 and "--cache-gib" in out.output and "L2" in out.output
+    for value in ("-1", "inf", "nan"):
+        bad = CliRunner().invoke(bench_cmd, ["--cache-gib", value])
+        assert bad.exit_code == 2 and "cache-gib" in bad.output, value
+    # the library call refuses such sizes before touching a device
+    for value in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="cache_gib"):
+            bench.run(device="cpu", cache_gib=value)

@@ -22,6 +22,11 @@ starting at a random offset inside a random page), so V groups are not aligned
 with the token index. Large decode batches (``decode_batches``, T = 512 and
 2048 by default) get distinct random slots too: there the 5D V layout scatters
 one byte per 16-byte vector, the costliest case for that layout.
+
+Cache size: by default each cache buffer holds about 1.25 T slots, so the
+lines a call writes stay in the L2 cache between graph replays. That flatters
+partial-sector writes (5D decode). ``cache_gib`` makes every buffer at least
+that large, with the slots spread over all of it, as in serving.
 """
 
 from __future__ import annotations
@@ -139,6 +144,12 @@ def _time(fn, T) -> float:
     return common.graph_replay_median_us(fn, inner=inner, reps=reps)
 
 
+def cache_pages(T: int, H: int, D: int, page: int, cache_gib: float = 0.0) -> int:
+    """Pages per cache buffer: about 1.25 T slots, or enough pages for
+    ``cache_gib`` GiB of one buffer of H heads x D bytes per slot (fp8)."""
+    return max(math.ceil(T * 1.25 / page) + 4, int(cache_gib * (1 << 30)) // (page * H * D))
+
+
 def row_cases(token_counts: Iterable[int], decode_batches: Iterable[int]) -> list:
     """(T, "decode" | "prefill") per benchmark row, by T: decode slots up to
     DECODE_MAX_T tokens and for every decode batch, prefill runs otherwise."""
@@ -158,12 +169,16 @@ def run(
     page: int = PAGE,
     seed: int = 0,
     decode_batches: Iterable[int] = DEFAULT_DECODE_BATCHES,
+    cache_gib: float = 0.0,
 ) -> dict:
     """Time the fused FP8 write and its peers; return a JSON-serialisable dict.
 
     Rows: every T of ``token_counts`` (decode slots up to DECODE_MAX_T tokens,
     prefill runs above) and every T of ``decode_batches`` with decode slots.
+    ``cache_gib``: the least size of each cache buffer (0: about 1.25 T slots).
     """
+    if not (cache_gib >= 0 and math.isfinite(cache_gib)):
+        raise ValueError(f"cache_gib: expected a finite size >= 0 in GiB, got {cache_gib!r}")
     import torch
 
     from sglang_kv5d.kernels import fp8_write
@@ -196,6 +211,7 @@ def run(
         "copy_bandwidth_bytes_per_s": bw,
         "page": page,
         "input_dtype": input_dtype,
+        "cache_gib": cache_gib,
         "timing": "CUDA-graph replay median, us per call",
         "loc": {
             "decode": f"T <= {DECODE_MAX_T} and the decode batches {sorted(int(t) for t in decode_batches)}: "
@@ -220,7 +236,7 @@ def run(
     for geo in geoms:
         H, DK, DV = geo["H"], geo["D"], geo["DV"]
         for T, slots in cases:
-            n_pages = math.ceil(T * 1.25 / page) + 4
+            n_pages = cache_pages(T, H, max(DK, DV), page, cache_gib)
             n_slots = n_pages * page
             k = torch.randn(T, H, DK, generator=gdev, device=dev, dtype=torch.float32).to(in_dtype)
             v = torch.randn(T, H, DV, generator=gdev, device=dev, dtype=torch.float32).to(in_dtype)
@@ -306,6 +322,7 @@ def run(
                         "cache_dtype": cdt_name,
                         "T": T,
                         "loc": loc_kind,
+                        "cache_slots": n_slots,
                         "config": cfg,
                         "bytes": in_bytes + out_bytes,
                         "floor_us": floor_us,
@@ -406,6 +423,8 @@ def format_table(result: dict) -> str:
         f"torch {dev.get('torch', '?')}, triton {dev.get('triton', '?')}",
         f"copy bandwidth {result['copy_bandwidth_bytes_per_s'] / 1e9:.0f} GB/s (read+write); "
         f"page {result['page']}; inputs {result['input_dtype']}; {result['timing']}",
+        "caches: " + (f"at least {result['cache_gib']:g} GiB per buffer, slots spread over it"
+                      if result.get("cache_gib") else "about 1.25 x T slots per buffer (written lines stay in L2)"),
         "",
     ]
     hdr = (f"{'geometry':<12} {'lay':<3} {'cache':<15} {'T':>7} {'slots':<7} {'floor':>8} {'fused':>9} {'xfloor':>6} "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 
 import click
@@ -14,6 +15,12 @@ SUITES = {
 }
 
 
+def _finite(ctx, param, value):
+    if not math.isfinite(value):
+        raise click.BadParameter(f"expected a finite size in GiB, got {value}")
+    return value
+
+
 @click.command()
 @click.option("--what", type=click.Choice(["all", *SUITES]), default="all", show_default=True,
               help="Which benchmark: the fused FP8 KV write, 5D decode attention, or both.")
@@ -21,7 +28,11 @@ SUITES = {
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True),
               help="Also write the JSON results to this file.")
 @click.option("--device", default="cuda", show_default=True, help="torch device of the GPU to measure (CUDA or ROCm).")
-def bench(what: str, as_json: bool, out_path, device: str) -> None:
+@click.option("--cache-gib", type=click.FloatRange(min=0, max=4096), default=0.0, show_default=True, callback=_finite,
+              help="fp8-write: make every KV cache buffer at least this many GiB, slots spread over it, as in "
+                   "serving. 0 sizes them to about 1.25 x T slots, which keeps the written lines in the L2 cache "
+                   "and flatters scattered (decode) writes.")
+def bench(what: str, as_json: bool, out_path, device: str, cache_gib: float) -> None:
     """Benchmark the kernels against their peers on this GPU (CUDA or ROCm).
 
     Measures the device copy bandwidth (the byte floor), then each kernel and
@@ -47,7 +58,8 @@ def bench(what: str, as_json: bool, out_path, device: str) -> None:
                 continue
             mod = importlib.import_module(module)
             progress(f"{name}: starting")
-            results[name] = mod.run(device=device, progress=progress)
+            kwargs = {"cache_gib": cache_gib} if name == "fp8-write" else {}
+            results[name] = mod.run(device=device, progress=progress, **kwargs)
     if out_path:
         with open(out_path, "w", encoding="utf-8") as fh:
             json.dump(results, fh, indent=2)
