@@ -47,3 +47,21 @@ def test_decode_kv_tiles_put_lanes_on_contiguous_vectors(tmp_path, kv, elems):
         assert "threadsPerWarp = [1, 32]" in layout and "order = [1, 0]" in layout, (op, layout)
     for sass in tmp_path.glob("*.sass"):  # where the wheel can disassemble: the copies are cp.async
         assert "LDGSTS" in sass.read_text()
+
+
+def test_write_kernel_v_byte_stores_walk_tokens_first(tmp_path):
+    """The fused FP8 write's 5D V byte stores (bytes path, 512 tokens, Llama-like):
+    the as-loaded store is one 1-D tile with tokens innermost, so 16 lanes fill
+    one 16-byte vector of a run on any Triton (the 3-D tile's lane order is a
+    tie-break: tokens first on Triton 3.6, dims first from 3.7); the decode
+    store's lanes walk 4 tokens, then 8 dims."""
+    out = _inspect(tmp_path, "write", "--t", "512")
+    lines = out.splitlines()
+    stores = [(lines[i], lines[i + 1]) for i, line in enumerate(lines) if "tt.store" in line and "ptr<i8>" in line]
+    flat = [(op, lay) for op, lay in stores if re.search(r"tt\.store \d+x!tt\.ptr<i8>", op)]
+    assert len(flat) == 1, out
+    assert "threadsPerWarp = [32]" in flat[0][1] and "sizePerThread = [1]" in flat[0][1], flat
+    lanes = [(op, lay) for op, lay in stores if "tt.store 4x128x1x4x" in op]
+    assert len(lanes) == 1, out
+    tpw = [int(x) for x in re.search(r"threadsPerWarp = \[([\d, ]+)\]", lanes[0][1]).group(1).split(",")]
+    assert tpw[0] * tpw[3] == 4 and tpw[1] == 8, lanes  # (token, dim, head, token block)

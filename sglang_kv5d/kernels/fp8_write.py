@@ -296,26 +296,46 @@ def _v_rows(src, load_t, d, DV: tl.constexpr, PADDED: tl.constexpr):
 
 @triton.jit
 def _store_v_bytes(code, vc_ptr, s, heads, d, store_t,
-                   H: tl.constexpr, DV: tl.constexpr, PADDED: tl.constexpr, PAGE: tl.constexpr,
-                   X: tl.constexpr):
+                   H: tl.constexpr, HB: tl.constexpr, DV: tl.constexpr, BDV: tl.constexpr,
+                   PADDED: tl.constexpr, PAGE: tl.constexpr, X: tl.constexpr, BLOCK_T: tl.constexpr,
+                   FLAT: tl.constexpr):
     """5D V, token by token: one byte per (token, head, d), 16 bytes apart.
 
-    ``code`` (BLOCK_T, HB, BDV) fp8 bytes; ``s`` (BLOCK_T,)
-    the tokens' slots; ``store_t`` (BLOCK_T,) which tokens to store;
-    ``heads`` (HB,) head ids; ``d`` (BDV,) dims (``PADDED``: mask d >= DV).
-    Triton 3.6 puts the lanes of this store on tokens first: on a run, 16
-    lanes fill one 16-byte vector; on scattered slots a store touches one
-    cache line per token (``_v_bytes_by_lanes`` is for those).
+    ``code`` (BLOCK_T, HB, BDV) fp8 bytes; ``s`` (BLOCK_T,) the tokens' slots;
+    ``store_t`` (BLOCK_T,) which tokens to store; ``heads`` (HB,) head ids;
+    ``d`` (BDV,) dims (``PADDED``: mask d >= DV).
+
+    The lanes of the store should walk tokens first: on a run, 16 lanes then
+    fill one 16-byte vector (on scattered slots one store touches a cache
+    line per token; ``_v_bytes_by_lanes`` is for those). With ``FLAT`` that
+    order is explicit: the tile is stored as one 1-D tensor, tokens
+    innermost. Without it the order is the tie-break of Triton's coalescing
+    pass between axes of which none is contiguous: tokens first in Triton
+    3.6, dims first from 3.7 (whole vectors then come from 16 stores). The
+    bytes path stores flat (the same sm_90 SASS as the 3-D tile on Triton
+    3.6); the group path, whose byte stores are only the edges of runs and
+    decode tokens, keeps the 3-D tile (flat, it needs 56 registers instead
+    of 50 for the Llama-like default on 3.6).
     """
     blk = s // PAGE
     in_page = s - blk * PAGE
     vbase = blk * (H * DV * PAGE) + (in_page // X) * (DV * X) + (in_page % X)
-    dst = (vc_ptr + vbase[:, None, None] + (heads * (DV * PAGE))[None, :, None]
-           + (d * X)[None, None, :])
-    m = store_t[:, None, None]
-    if PADDED:
-        m = m & (d < DV)[None, None, :]
-    tl.store(dst, code, mask=m)
+    if FLAT:
+        N: tl.constexpr = HB * BDV * BLOCK_T
+        dst = (vc_ptr + vbase[None, None, :] + (heads * (DV * PAGE))[:, None, None]
+               + (d * X)[None, :, None])
+        m = store_t[None, None, :]
+        if PADDED:
+            m = m & (d < DV)[None, :, None]
+        m = tl.broadcast_to(m, (HB, BDV, BLOCK_T))
+        tl.store(tl.reshape(dst, (N,)), tl.reshape(tl.permute(code, (1, 2, 0)), (N,)), mask=tl.reshape(m, (N,)))
+    else:
+        dst = (vc_ptr + vbase[:, None, None] + (heads * (DV * PAGE))[None, :, None]
+               + (d * X)[None, None, :])
+        m = store_t[:, None, None]
+        if PADDED:
+            m = m & (d < DV)[None, None, :]
+        tl.store(dst, code, mask=m)
 
 
 @triton.jit
@@ -505,10 +525,12 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
         x = _v_rows(src_rows, in_t, d, DV, BDV * D_SPLIT != DV)
         if BYTE_TOKENS == BLOCK_T:
             code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
-            _store_v_bytes(code, vc_ptr, s, h0 + hh, d, ok, H, DV, BDV * D_SPLIT != DV, PAGE, X)
+            _store_v_bytes(code, vc_ptr, s, h0 + hh, d, ok, H, HB, DV, BDV, BDV * D_SPLIT != DV, PAGE, X,
+                           BLOCK_T, True)
         elif _run_like(loc_ptr, i0, T, stride_loc, BLOCK_T):
             code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
-            _store_v_bytes(code, vc_ptr, s, h0 + hh, d, ok, H, DV, BDV * D_SPLIT != DV, PAGE, X)
+            _store_v_bytes(code, vc_ptr, s, h0 + hh, d, ok, H, HB, DV, BDV, BDV * D_SPLIT != DV, PAGE, X,
+                           BLOCK_T, True)
         else:
             _v_bytes_by_lanes(v_ptr, vc_ptr, i0, s, ok, h0 + hh, d, stride_vt, vs, vrcp, H, HB, DV, BDV,
                               BDV * D_SPLIT != DV, PAGE, X, BLOCK_T, BYTE_TOKENS, FMA_DIV, FNUZ, NATIVE)
@@ -547,11 +569,13 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
             if BYTE_TOKENS == BLOCK_T:
                 code = _quantize(_v_rows(src_rows, scattered, d, DV, BDV * D_SPLIT != DV), vs, vrcp, FMA_DIV,
                                  FNUZ, NATIVE)
-                _store_v_bytes(code, vc_ptr, s, h0 + hh, d, scattered, H, DV, BDV * D_SPLIT != DV, PAGE, X)
+                _store_v_bytes(code, vc_ptr, s, h0 + hh, d, scattered, H, HB, DV, BDV, BDV * D_SPLIT != DV,
+                               PAGE, X, BLOCK_T, False)
             elif tl.sum(covered.to(tl.int32), axis=0) > 0:
                 code = _quantize(_v_rows(src_rows, scattered, d, DV, BDV * D_SPLIT != DV), vs, vrcp, FMA_DIV,
                                  FNUZ, NATIVE)
-                _store_v_bytes(code, vc_ptr, s, h0 + hh, d, scattered, H, DV, BDV * D_SPLIT != DV, PAGE, X)
+                _store_v_bytes(code, vc_ptr, s, h0 + hh, d, scattered, H, HB, DV, BDV, BDV * D_SPLIT != DV,
+                               PAGE, X, BLOCK_T, False)
             else:
                 _v_bytes_by_lanes(v_ptr, vc_ptr, i0, s, scattered, h0 + hh, d, stride_vt, vs, vrcp, H, HB, DV,
                                   BDV, BDV * D_SPLIT != DV, PAGE, X, BLOCK_T, BYTE_TOKENS, FMA_DIV, FNUZ, NATIVE)
