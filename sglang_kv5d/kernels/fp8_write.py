@@ -295,6 +295,15 @@ def _v_rows(src, load_t, d, DV: tl.constexpr, PADDED: tl.constexpr):
 
 
 @triton.jit
+def _v_slot_offsets(s, H: tl.constexpr, DV: tl.constexpr, PAGE: tl.constexpr, X: tl.constexpr):
+    """Byte offset in a 5D V cache of head 0, dim 0 of slots ``s``:
+    V5d[blk, 0, t // X, 0, t % X] with blk = s // PAGE, t = s % PAGE."""
+    blk = s // PAGE
+    in_page = s - blk * PAGE
+    return blk * (H * DV * PAGE) + (in_page // X) * (DV * X) + (in_page % X)
+
+
+@triton.jit
 def _store_v_bytes(code, vc_ptr, s, heads, d, store_t,
                    H: tl.constexpr, HB: tl.constexpr, DV: tl.constexpr, BDV: tl.constexpr,
                    PADDED: tl.constexpr, PAGE: tl.constexpr, X: tl.constexpr, BLOCK_T: tl.constexpr,
@@ -317,9 +326,7 @@ def _store_v_bytes(code, vc_ptr, s, heads, d, store_t,
     decode tokens, keeps the 3-D tile (flat, it needs 56 registers instead
     of 50 for the Llama-like default on 3.6).
     """
-    blk = s // PAGE
-    in_page = s - blk * PAGE
-    vbase = blk * (H * DV * PAGE) + (in_page // X) * (DV * X) + (in_page % X)
+    vbase = _v_slot_offsets(s, H, DV, PAGE, X)
     if FLAT:
         N: tl.constexpr = HB * BDV * BLOCK_T
         dst = (vc_ptr + vbase[None, None, :] + (heads * (DV * PAGE))[:, None, None]
@@ -364,9 +371,7 @@ def _v_bytes_by_lanes(v_ptr, vc_ptr, i0, s, store_t, heads, d, stride_vt, vs, vr
         st = st & (dd < DV)
     src = v_ptr + (i0 + g * LT + l) * stride_vt + hh * DV + dd
     code = _quantize(tl.load(src, mask=st, other=1.0), vs, vrcp, FMA_DIV, FNUZ, NATIVE)
-    blk = s // PAGE
-    in_page = s - blk * PAGE
-    vbase = blk * (H * DV * PAGE) + (in_page // X) * (DV * X) + (in_page % X)
+    vbase = _v_slot_offsets(s, H, DV, PAGE, X)
     vb = tl.permute(tl.reshape(vbase, (G, LT)), (1, 0))[:, None, None, :]
     tl.store(vc_ptr + vb + dd * X + hh * (DV * PAGE), code, mask=st)
 
