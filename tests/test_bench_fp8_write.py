@@ -6,8 +6,9 @@ import pytest
 from sglang_kv5d.bench import fp8_write as bench
 
 
-def _row(geometry, layout, T, loc, fused, flash, *, dtype="float8_e4m3fn", unfused=None):
+def _row(geometry, layout, T, loc, fused, flash, *, dtype="float8_e4m3fn", unfused=None, store=None):
     floor = 1.0
+    store = fused * 0.5 if store is None else store
     return {
         "geometry": geometry, "H": 8, "D_k": 128, "D_v": 128, "layout": layout, "cache_dtype": dtype,
         "T": T, "loc": loc, "config": {}, "bytes": 0, "floor_us": floor, "fused_us": fused,
@@ -16,6 +17,7 @@ def _row(geometry, layout, T, loc, fused, flash, *, dtype="float8_e4m3fn", unfus
         "speedup_vs_unfused": unfused / fused if unfused else None, "flash_us": flash,
         "flash_floor_ratio": flash / floor if flash else None,
         "fused_vs_flash": fused / flash if flash else None,
+        "store_us": store, "fused_vs_store": fused / store, "store_vs_flash": store / flash if flash else None,
     }
 
 
@@ -31,7 +33,8 @@ def test_row_cases_add_decode_batches_and_keep_prefill_rows():
 def test_verdicts_name_decode_batches_and_judge_each_target():
     rows = [
         _row("llama-like", "5d", 128, "decode", 2.5, 2.0),  # 1.25x flash: not within 5%
-        _row("llama-like", "5d", 512, "decode", 5.0, 2.4),  # a decode batch, also not within 5%
+        # a decode batch, also not within 5%, where the layout's store floor alone is 1.25x flash
+        _row("llama-like", "5d", 512, "decode", 5.0, 2.4, store=3.0),
         _row("llama-like", "nhd", 1024, "prefill", 2.0, 2.0),  # equal: within 5%
         _row("llama-like", "5d", 4096, "prefill", 7.0, 7.5),  # faster than flash
         _row("llama-like", "5d", 32768, "prefill", 1.2, 2.0, unfused=9.0),  # 1.2x floor; 7.5x unfused
@@ -41,8 +44,14 @@ def test_verdicts_name_decode_batches_and_judge_each_target():
     fn = v["float8_e4m3fn"]
     assert fn["T < 4096: fused within 5% of flash"] == {
         "met": False, "checked": 3,
-        "failures": ["llama-like/5d/T=128: 1.250", "llama-like/5d/T=512 decode: 2.083"]}
-    assert fn["T >= 4096: fused faster than flash (NHD peer)"]["met"] is True
+        "failures": ["llama-like/5d/T=128: 1.250", "llama-like/5d/T=512 decode: 2.083"],
+        "layout_bound": ["llama-like/5d/T=512 decode: store floor 1.250x flash"]}
+    assert fn["T >= 4096: fused faster than flash (NHD peer)"] == {
+        "met": True, "checked": 2, "failures": [], "layout_bound": []}
+    # "faster than": a store floor equal to flash already misses it
+    slow = bench.evaluate_targets({"rows": [_row("tp1", "5d", 4096, "prefill", 8.0, 7.0, store=7.0)]})
+    assert slow["float8_e4m3fn"]["T >= 4096: fused faster than flash (NHD peer)"]["layout_bound"] == [
+        "tp1/5d/T=4096: store floor 1.000x flash"]
     assert fn["T <= 128: fused <= 6 us"] == {"met": True, "checked": 1, "failures": []}
     assert fn["large T: fused <= 1.15x byte floor"]["failures"] == ["llama-like/5d/T=32768: 1.20x"]
     assert fn["T >= 32768, 5D: >= 7x faster than unfused"]["met"] is True
@@ -52,7 +61,8 @@ def test_verdicts_name_decode_batches_and_judge_each_target():
 
 
 def test_table_shows_the_slot_kind_of_each_row():
-    rows = [_row("llama-like", "5d", 512, "decode", 5.0, 2.4), _row("llama-like", "5d", 1024, "prefill", 3.0, 2.9)]
+    rows = [_row("llama-like", "5d", 512, "decode", 5.0, 2.4, store=3.0),
+            _row("llama-like", "5d", 1024, "prefill", 3.0, 2.9)]
     result = {"rows": rows, "device": {"gpu": "X", "driver": "1", "torch": "t", "triton": "tr"},
               "copy_bandwidth_bytes_per_s": 2.0e12, "page": 64, "input_dtype": "bfloat16",
               "timing": "CUDA-graph replay median, us per call"}
@@ -63,8 +73,11 @@ def test_table_shows_the_slot_kind_of_each_row():
     body = [ln for ln in lines if ln.startswith("llama-like")]
     assert "decode" in body[0] and " 512 " in body[0] and "2.083" in body[0]
     assert "prefill" in body[1]
+    assert "3.00    1.67   1.250" in body[0]  # store, fused / store, store / flash
     assert any("[NOT MET] T < 4096: fused within 5% of flash (2 rows): llama-like/5d/T=512 decode: 2.083" in ln
                for ln in lines)
+    assert any("out of reach for any writer of the layout" in ln
+               and "llama-like/5d/T=512 decode: store floor 1.250x flash" in ln for ln in lines)
 
 
 def test_cache_pages_default_and_serving_sizes():

@@ -3,7 +3,7 @@ defaults of fp8_write.launch_config and against SGLang's reshape_and_cache_flash
 (when importable), same run, same inputs. Rows go to OUT.json as they come, so
 a run cut short by a timeout still leaves its data.
 
-    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec|decode|lanes|lanes2|lanes3|bytes|d256|cold]
+    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec|decode|lanes|lanes2|lanes3|bytes|d256|cold|small2]
 
 small: T = 1, 16, 128 with decode slots (distinct random) and T = 128, 1024
        with prefill runs; V bytes stored one by one (groups off) with windows of
@@ -44,6 +44,11 @@ d256: D = 256 prefill runs of 8192 .. 131072 tokens (H = 1, 2): the group
        heads per program at 8192 / 32768. Meant for SWEEP_DTYPE=float8_e4m3fnuz.
 cold: the defaults, bytes one by one and the group path with caches of 4 GiB
        per buffer (written lines cold, as in serving) against small caches.
+small2: the rows below 4096 tokens still behind the peer (5D decode T = 16,
+       128; Llama-like prefill runs T = 1024): warps, windows, K and V in one program, byte
+       lanes, K and V halves alone.
+Every shape also times the store floor of each layout swept
+(sglang_kv5d.bench.store_floor: the same bytes written with a constant).
 Times are CUDA-graph replay medians in us; ratio = time / byte floor.
 """
 
@@ -54,7 +59,7 @@ import time
 
 import torch
 
-from sglang_kv5d.bench import common
+from sglang_kv5d.bench import common, store_floor
 from sglang_kv5d.bench.fp8_write import _import_peers, decode_loc, prefill_loc
 from sglang_kv5d.kernels import fp8_write
 
@@ -113,6 +118,10 @@ def sweep(H, D, T, slots, configs, n_pages=None):
         us = time_us(lambda: flash(k, v, kc.view(-1, PAGE, H, D), vc.view(-1, PAGE, H, D), loc,
                                    k_scale=ks, v_scale=vs), T)
         record(dict(base, layout="nhd", contender="flash", us=us, ratio=us / floor))
+    for layout in sorted({c[0] for c in configs}):
+        kc, vc = caches(layout, n_pages, H, D)
+        us = time_us(store_floor.StoreFloor(kc, vc, loc), T)
+        record(dict(base, layout=layout, contender="store floor", us=us, ratio=us / floor))
     for layout, cfg in configs:
         kc, vc = caches(layout, n_pages, H, D)
         label = "default" if cfg is None else ",".join(f"{a}={b}" for a, b in cfg.items())
@@ -386,4 +395,18 @@ if which == "cold":
             for n in (None, pages):
                 sweep(H, D, T, slots, cfgs + [("nhd", None)], n_pages=n)
                 torch.cuda.empty_cache()
+if which == "small2":
+    for H, D, T, slots in ((8, 128, 128, "decode"), (8, 128, 16, "decode"), (2, 256, 128, "decode"),
+                           (8, 128, 1024, "runs"), (1, 256, 128, "decode")):
+        cfg = fp8_write.launch_config(T, H, D, D, True)
+        cfgs = [("5d", None), ("5d", dict(parts="k")), ("5d", dict(parts="v")), ("5d", dict(split_kv=False))]
+        cfgs += [("5d", dict(num_warps=w)) for w in (1, 2, 8)]
+        cfgs += [("5d", dict(block_t=b, byte_tokens=min(b, cfg["byte_tokens"])))
+                 for b in (1, 2, 4, 8, 16, 32) if b != cfg["block_t"]]
+        cfgs += [("5d", dict(byte_tokens=b)) for b in (1, 2, 4, 16) if b != cfg["byte_tokens"]]
+        cfgs += [("5d", dict(token_major=not cfg["token_major"]))]
+        cfgs += [("5d", dict(d_split=1 if cfg["d_split"] > 1 else 2))]
+        if H > 1:
+            cfgs += [("5d", dict(heads_per_program=2))]
+        sweep(H, D, T, slots, cfgs + [("nhd", None)])
 print(f"done in {time.time() - t0:.0f}s", flush=True)

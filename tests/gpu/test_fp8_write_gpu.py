@@ -239,3 +239,36 @@ def test_round_trip_with_sglang_gather(fw, ref, fp8_dtype):
     k_out, v_out = shuffle.launch_gather_shuffle_5d_to_linear(kc, vc, loc)
     assert torch.equal(k_out, ref.quantize_fp8_fp32(k, 0.5, fp8_dtype))
     assert torch.equal(v_out, ref.quantize_fp8_fp32(v, 2.0, fp8_dtype))
+
+
+@pytest.mark.parametrize("layout", ["5d", "nhd"])
+def test_store_floor_writes_the_addressed_bytes_on_the_device(ref, layout):
+    """The benchmark's store floor (compiled, full size) writes exactly what
+    the fused write addresses: prefill runs (whole-vector groups and loose
+    edges), decode slots, and skipped / out-of-range ids."""
+    from sglang_kv5d.bench import store_floor
+    from sglang_kv5d.bench.fp8_write import decode_loc, prefill_loc
+
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(8)
+    gd = torch.Generator(device=dev).manual_seed(8)
+    H, D, page = 8, 128, 64
+    for T, kind in ((4096, "runs"), (2048, "decode")):
+        n_blocks = (T * 5 // 4) // page + 4
+        kc, vc = ref.make_caches(layout, n_blocks, page, H, D, D, gen=gd, device=dev)
+        if kind == "runs":
+            loc = prefill_loc(T, n_blocks * page, page, gen=gen, device=dev)
+        else:
+            loc = decode_loc(T, n_blocks * page, gen=gen, device=dev)
+        loc[::97] = -1
+        loc[5] = n_blocks * page  # past the cache: skipped
+        k0, v0 = kc.clone(), vc.clone()
+        floor = store_floor.StoreFloor(kc, vc, loc)
+        floor()
+        torch.cuda.synchronize()
+        km, vm = ref.addressed_masks(layout, tuple(kc.shape), tuple(vc.shape), loc, H, D, D)
+        km, vm = km.to(dev), vm.to(dev)
+        assert bool((kc[km] == store_floor._CODE).all()) and bool((vc[vm] == store_floor._CODE).all())
+        assert torch.equal(kc[~km], k0[~km]) and torch.equal(vc[~vm], v0[~vm])
+        if layout == "5d" and kind == "runs":
+            assert floor.plan.leaders.numel() > 0  # the whole-vector programs ran
