@@ -4,6 +4,7 @@ how Triton laid out its memory accesses.
 
     python scripts/dev/aot_inspect.py decode [--kv bf16|fp8] [--d 256] [--g 8] [--page 64] [--out DIR]
     python scripts/dev/aot_inspect.py write  [--h 8] [--d 128] [--t 32768] [--layout 5d|nhd] [--fp8 e4m3fn|e4m3fnuz] [--out DIR]
+    python scripts/dev/aot_inspect.py floor  [--h 8] [--d 128] [--layout 5d|nhd] [--out DIR]   (the bench's store floor)
 
 Uses the shipped launch configuration (``_decode_config`` / ``launch_config``)
 and the installed Triton (set PYTHONPATH to another unpacked Triton wheel to
@@ -104,6 +105,19 @@ def _write(args):
     return label, cfg, _compile(W._write_kv_fp8_kernel, const, ptrs, set(), {"num_warps": cfg["num_warps"]})
 
 
+def _floor(args):
+    """The benchmark's store floor (sglang_kv5d.bench.store_floor) for one layout."""
+    from sglang_kv5d.bench import store_floor as F
+
+    five = args.layout == "5d"
+    const = dict(H=args.h, DK=args.d, DV=args.d, BDK=F.triton.next_power_of_2(args.d),
+                 BDV=F.triton.next_power_of_2(args.d), PAGE=64 if five else 1, XB=F.X, LAYOUT_5D=five,
+                 BLOCK_S=F._BLOCK_S, LANE_S=F._LANE_SLOTS, CODE=F._CODE)
+    ptrs = {"slots_ptr": "*i64", "leaders_ptr": "*i64", "loose_ptr": "*i64", "kc_ptr": "*u8", "vc_ptr": "*u8"}
+    label = f"floor_{args.layout}_h{args.h}_d{args.d}"
+    return label, {"num_warps": 4}, _compile(F._store_floor_kernel, const, ptrs, set(), {"num_warps": 4})
+
+
 def _layouts(ttgir: str):
     """(op, tensor type, layout definitions) for every global load, async copy and store."""
     defs = dict(re.findall(r"^(#\w+) = (#ttg\.\w+<\{.*\}>)", ttgir, re.M))
@@ -119,7 +133,7 @@ def _layouts(ttgir: str):
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("kernel", choices=("decode", "write"))
+    p.add_argument("kernel", choices=("decode", "write", "floor"))
     p.add_argument("--kv", choices=("bf16", "fp8"), default="bf16")
     p.add_argument("--d", type=int, default=None)
     p.add_argument("--g", type=int, default=8)
@@ -135,7 +149,7 @@ def main() -> int:
         args.d = 256 if args.kernel == "decode" else 128
     import triton
 
-    label, cfg, k = _decode(args) if args.kernel == "decode" else _write(args)
+    label, cfg, k = {"decode": _decode, "write": _write, "floor": _floor}[args.kernel](args)
     os.makedirs(args.out, exist_ok=True)
     base = os.path.join(args.out, label)
     for ext in ("ttgir", "ptx"):

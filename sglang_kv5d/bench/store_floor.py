@@ -103,29 +103,30 @@ def _store_floor_kernel(slots_ptr, n_s, leaders_ptr, loose_ptr, n_loose, kc_ptr,
     elif pid < n_k_programs + n_group_programs:
         # 5D V, one complete group x one head: DV x 16 contiguous bytes
         g = (pid - n_k_programs) // H
-        h = (pid - n_k_programs) - g * H
+        gh = (pid - n_k_programs) - g * H
         lead = tl.load(leaders_ptr + g)
-        blk = lead // PAGE
-        base = blk * (H * DV * PAGE) + h * (DV * PAGE) + ((lead - blk * PAGE) // XB) * (DV * XB)
+        lead_blk = lead // PAGE
+        lead_base = (lead_blk * (H * DV * PAGE) + gh * (DV * PAGE)
+                     + ((lead - lead_blk * PAGE) // XB) * (DV * XB))
         f = tl.arange(0, BDV * XB)
-        tl.store(vc_ptr + base + f, tl.full((BDV * XB,), CODE, tl.uint8), mask=f < DV * XB)
+        tl.store(vc_ptr + lead_base + f, tl.full((BDV * XB,), CODE, tl.uint8), mask=f < DV * XB)
     else:
         # 5D V, loose slots one byte at a time: flat tile (group of LANE_S
         # slots, dim, slot in group), slots innermost
         q = pid - n_k_programs - n_group_programs
-        w = q // H
-        h = q - w * H
-        i = w * BLOCK_S + tl.arange(0, BLOCK_S)
-        ok = i < n_loose
-        s = tl.load(loose_ptr + i, mask=ok, other=0)
-        blk = s // PAGE
-        in_page = s - blk * PAGE
-        vb = blk * (H * DV * PAGE) + (in_page // XB) * (DV * XB) + (in_page % XB) + h * (DV * PAGE)
+        lw = q // H
+        lh = q - lw * H
+        li = lw * BLOCK_S + tl.arange(0, BLOCK_S)
+        lok = li < n_loose
+        ls = tl.load(loose_ptr + li, mask=lok, other=0)
+        lblk = ls // PAGE
+        in_page = ls - lblk * PAGE
+        vb = lblk * (H * DV * PAGE) + (in_page // XB) * (DV * XB) + (in_page % XB) + lh * (DV * PAGE)
         G: tl.constexpr = BLOCK_S // LANE_S
         N: tl.constexpr = G * BDV * LANE_S
         d = tl.arange(0, BDV)
         dst = tl.reshape(vb, (G, LANE_S))[:, None, :] + (d * XB)[None, :, None]
-        m = tl.reshape(ok, (G, LANE_S))[:, None, :] & (d < DV)[None, :, None]
+        m = tl.reshape(lok, (G, LANE_S))[:, None, :] & (d < DV)[None, :, None]
         m = tl.broadcast_to(m, (G, BDV, LANE_S))
         tl.store(vc_ptr + tl.reshape(dst, (N,)), tl.full((N,), CODE, tl.uint8), mask=tl.reshape(m, (N,)))
 
