@@ -65,3 +65,17 @@ def test_write_kernel_v_byte_stores_walk_tokens_first(tmp_path):
     assert len(lanes) == 1, out
     tpw = [int(x) for x in re.search(r"threadsPerWarp = \[([\d, ]+)\]", lanes[0][1]).group(1).split(",")]
     assert tpw[0] * tpw[3] == 4 and tpw[1] == 8, lanes  # (token, dim, head, token block)
+
+
+@pytest.mark.parametrize("layout", ["5d", "nhd"])
+def test_store_floor_compiles_with_whole_vector_stores(tmp_path, layout):
+    """The benchmark's store floor compiles for the GPU (the interpreter misses
+    errors the compiler makes, such as a name that is a scalar in one branch
+    and a tensor in another); its 5D group stores and K stores take 16 bytes
+    per lane."""
+    out = _inspect(tmp_path, "floor", "--layout", layout)
+    lines = out.splitlines()
+    stores = [lines[i + 1] for i, line in enumerate(lines) if "tt.store" in line]
+    assert len(stores) == (3 if layout == "5d" else 4), out  # K (+ NHD V), groups, loose bytes
+    assert "sizePerThread = [1, 1, 16]" in stores[0] or "sizePerThread = [1, 16]" in stores[0], out
+    assert "sizePerThread = [16]" in stores[-2], out  # one whole group: 16 bytes per lane
