@@ -4,7 +4,7 @@ how Triton laid out its memory accesses.
 
     python scripts/dev/aot_inspect.py decode [--kv bf16|fp8] [--d 256] [--g 8] [--page 64] [--out DIR]
     python scripts/dev/aot_inspect.py write  [--h 8] [--d 128] [--t 32768] [--layout 5d|nhd] [--fp8 e4m3fn|e4m3fnuz] [--out DIR]
-    python scripts/dev/aot_inspect.py floor  [--h 8] [--d 128] [--layout 5d|nhd] [--out DIR]   (the bench's store floor)
+    python scripts/dev/aot_inspect.py floor  [--h 8] [--d 128] [--layout 5d|nhd] [--block-s 16] [--out DIR]   (the bench's store floor)
 
 Uses the shipped launch configuration (``_decode_config`` / ``launch_config``)
 and the installed Triton (set PYTHONPATH to another unpacked Triton wheel to
@@ -112,10 +112,11 @@ def _floor(args):
     five = args.layout == "5d"
     const = dict(H=args.h, DK=args.d, DV=args.d, BDK=F.triton.next_power_of_2(args.d),
                  BDV=F.triton.next_power_of_2(args.d), PAGE=64 if five else 1, XB=F.X, LAYOUT_5D=five,
-                 BLOCK_S=F._BLOCK_S, LANE_S=F._LANE_SLOTS, CODE=F._CODE)
+                 BLOCK_S=args.block_s, LANE_S=min(F._LANE_SLOTS, args.block_s), CODE=F._CODE)
     ptrs = {"slots_ptr": "*i64", "leaders_ptr": "*i64", "loose_ptr": "*i64", "kc_ptr": "*u8", "vc_ptr": "*u8"}
-    label = f"floor_{args.layout}_h{args.h}_d{args.d}"
-    return label, {"num_warps": 4}, _compile(F._store_floor_kernel, const, ptrs, set(), {"num_warps": 4})
+    label = f"floor_{args.layout}_h{args.h}_d{args.d}_s{args.block_s}"
+    warps = max(1, min(4, args.block_s * const["BDK"] // 512))  # as StoreFloor picks them
+    return label, {"num_warps": warps}, _compile(F._store_floor_kernel, const, ptrs, set(), {"num_warps": warps})
 
 
 def _layouts(ttgir: str):
@@ -143,6 +144,7 @@ def main() -> int:
     p.add_argument("--layout", choices=("5d", "nhd"), default="5d")
     p.add_argument("--fp8", choices=("e4m3fn", "e4m3fnuz"), default="e4m3fn",
                    help="write: the cache format (e4m3fnuz compiles the integer encoder, as ROCm runs it)")
+    p.add_argument("--block-s", type=int, choices=(1, 4, 16), default=16, help="floor: slots per program")
     p.add_argument("--out", default="aot_out")
     args = p.parse_args()
     if args.d is None:

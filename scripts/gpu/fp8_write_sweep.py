@@ -3,7 +3,7 @@ defaults of fp8_write.launch_config and against SGLang's reshape_and_cache_flash
 (when importable), same run, same inputs. Rows go to OUT.json as they come, so
 a run cut short by a timeout still leaves its data.
 
-    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec|decode|lanes|lanes2|lanes3|bytes|d256|cold|small2]
+    python scripts/gpu/fp8_write_sweep.py OUT.json [small|large|all|third|occupancy|parts|words|order|order2|spec|decode|lanes|lanes2|lanes3|bytes|d256|cold|small2|small3]
 
 small: T = 1, 16, 128 with decode slots (distinct random) and T = 128, 1024
        with prefill runs; V bytes stored one by one (groups off) with windows of
@@ -47,6 +47,7 @@ cold: the defaults, bytes one by one and the group path with caches of 4 GiB
 small2: the rows below 4096 tokens still behind the peer (5D decode T = 16,
        128; Llama-like prefill runs T = 1024): warps, windows, K and V in one program, byte
        lanes, K and V halves alone.
+small3: the best small2 candidates against the default, five rounds each.
 Every shape also times the store floor of each layout swept
 (sglang_kv5d.bench.store_floor: the same bytes written with a constant).
 Times are CUDA-graph replay medians in us; ratio = time / byte floor.
@@ -120,8 +121,9 @@ def sweep(H, D, T, slots, configs, n_pages=None):
         record(dict(base, layout="nhd", contender="flash", us=us, ratio=us / floor))
     for layout in sorted({c[0] for c in configs}):
         kc, vc = caches(layout, n_pages, H, D)
-        us = time_us(store_floor.StoreFloor(kc, vc, loc), T)
-        record(dict(base, layout=layout, contender="store floor", us=us, ratio=us / floor))
+        for b in store_floor.block_sizes(T):
+            us = time_us(store_floor.StoreFloor(kc, vc, loc, block_s=b), T)
+            record(dict(base, layout=layout, contender=f"store floor, block_s={b}", us=us, ratio=us / floor))
     for layout, cfg in configs:
         kc, vc = caches(layout, n_pages, H, D)
         label = "default" if cfg is None else ",".join(f"{a}={b}" for a, b in cfg.items())
@@ -409,4 +411,14 @@ if which == "small2":
         if H > 1:
             cfgs += [("5d", dict(heads_per_program=2))]
         sweep(H, D, T, slots, cfgs + [("nhd", None)])
+if which == "small3":
+    # the small2 candidates against the default, five rounds each (rows at these
+    # sizes move by 0.1-0.3 us between runs)
+    for H, D, T, slots, cands in (
+            (8, 128, 128, "decode", [dict(heads_per_program=2), dict(block_t=8)]),
+            (1, 256, 128, "decode", [dict(token_major=True), dict(block_t=1, byte_tokens=1)]),
+            (2, 256, 128, "decode", [dict(token_major=True), dict(block_t=2, byte_tokens=2)]),
+            (8, 128, 1024, "runs", [dict(heads_per_program=2), dict(byte_tokens=16), dict(token_major=False)])):
+        for rnd in range(5):
+            sweep(H, D, T, slots, [("5d", None)] + [("5d", c) for c in cands])
 print(f"done in {time.time() - t0:.0f}s", flush=True)

@@ -13,7 +13,8 @@ Contenders, per (geometry, layout, cache dtype, T):
                as the NHD reference point
     store      the store floor of the row's layout (sglang_kv5d.bench.store_floor):
                a constant byte written to exactly the bytes the fused write
-               writes, nothing read or computed; 5D V groups found on the host.
+               writes, nothing read or computed; 5D V groups found on the host;
+               the fastest of its launch sizes.
                Where it alone misses a flash target, the verdict says so: no
                writer of that layout can meet the target on that row
 
@@ -294,7 +295,9 @@ def run(
                         fp8_write.write_kv_fp8(k, v, kct, vct, loc, ks, vs)
 
                     fused_us = _time(run_fused, T)
-                    store_us = _time(store_floor.StoreFloor(kc, vc, loc), T)
+                    store_times = {b: _time(store_floor.StoreFloor(kc, vc, loc, block_s=b), T)
+                                   for b in store_floor.block_sizes(T)}
+                    store_block, store_us = min(store_times.items(), key=lambda kv: kv[1])
 
                     k2, v2 = k.clone(), v.clone()
                     unfused_us, unfused_note = None, None
@@ -342,6 +345,7 @@ def run(
                         "flash_floor_ratio": (flash_us / floor_us) if flash_us else None,
                         "fused_vs_flash": (fused_us / flash_us) if flash_us else None,
                         "store_us": store_us,
+                        "store_block_s": store_block,
                         "fused_vs_store": fused_us / store_us,
                         "store_vs_flash": (store_us / flash_us) if flash_us else None,
                     }

@@ -7,17 +7,21 @@ One Triton launch writes a constant byte to exactly the cache bytes the fused
 write addresses (every valid slot of ``loc``: slot ids >= 0 and < slots; K and
 V; NHD or SHUFFLE 5D), from three kinds of programs:
 
-    K rows       16 slots x one head: 5D K as 16-byte vectors (one per 16 dims),
-                 NHD rows as they lie
+    K rows       ``block_s`` slots x one head: 5D K as 16-byte vectors (one per
+                 16 dims), NHD rows as they lie
     V groups     (5D) one complete aligned group of 16 slots x one head: its
                  D_v x 16 bytes are contiguous and go out as whole 16-byte
                  vectors. ``plan_slots`` finds the groups on the host, before
                  timing; a real writer has to find them itself, so on prefill
                  runs this floor is below anything a writer can reach
-    V bytes      16 slots x one head: the slots outside complete groups, one
-                 byte per (slot, dim), 16 bytes apart; the lanes of a store
-                 walk 4 slots, then dims (4 cache lines per store on scattered
-                 slots). NHD V rows come from the K-row programs' code path
+    V bytes      ``block_s`` slots x one head: the slots outside complete
+                 groups, one byte per (slot, dim), 16 bytes apart; the lanes of
+                 a store walk up to 4 slots, then dims (4 cache lines per store
+                 on scattered slots). NHD V rows come from the K-row programs
+
+``block_s`` (1, 4 or 16 slots per program) trades programs for work per
+program: small calls want many short programs, large ones fewer. The floor of
+a row is the fastest of them (``block_sizes``).
 
 On scattered (decode) slots no group is complete, so the floor is the cost of
 the layout itself: in 5D a token's V bytes land in H x D_v different 16-byte
@@ -37,9 +41,14 @@ import triton
 import triton.language as tl
 
 X = 16  # bytes per 5D vector (fp8)
-_BLOCK_S = 16  # slots per K-row / V-byte program
-_LANE_SLOTS = 4  # V bytes: slots a store's adjacent lanes walk before dims
+_LANE_SLOTS = 4  # V bytes: slots a store's adjacent lanes walk before dims (at most)
 _CODE = 0x38  # the constant byte written (1.0 in e4m3fn)
+
+
+def block_sizes(T: int) -> tuple:
+    """Slots per program worth timing for a call of T tokens: one-slot
+    programs only for small calls (past 4096 tokens they only add programs)."""
+    return (1, 4, 16) if T <= 4096 else (4, 16)
 
 
 class SlotPlan(NamedTuple):
@@ -149,24 +158,31 @@ class StoreFloor:
     """A capturable callable that writes ``loc``'s cache bytes with a constant.
 
     ``k_cache``, ``v_cache``: contiguous caches of one layer as for
-    ``write_kv_fp8`` (fp8 or uint8; NHD or 5D). The slot plan is made here,
-    once, on the host side of the timing.
+    ``write_kv_fp8`` (fp8 or uint8; NHD or 5D); ``block_s``: slots per
+    program, 1, 4 or 16. The slot plan is made here, once, on the host side
+    of the timing.
     """
 
-    def __init__(self, k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tensor):
+    def __init__(self, k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tensor, block_s: int = 16):
+        if block_s not in (1, 4, 16):
+            raise ValueError(f"store floor: block_s must be 1, 4 or 16, got {block_s!r}")
         if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
             raise ValueError("store floor: caches must be contiguous")
+        self.block_s = block_s
         self.kc = k_cache.view(torch.uint8)
         self.vc = v_cache.view(torch.uint8)
         self.layout_5d, self.H, self.DK, self.DV, self.page, n_slots = _layout(self.kc, self.vc)
         self.plan = plan_slots(loc, n_slots)
         n_s = self.plan.slots.numel()
-        self.n_k = triton.cdiv(n_s, _BLOCK_S) * self.H
+        self.n_k = triton.cdiv(n_s, block_s) * self.H
         if self.layout_5d:
             self.n_g = self.plan.leaders.numel() * self.H
-            self.n_b = triton.cdiv(self.plan.loose.numel(), _BLOCK_S) * self.H
+            self.n_b = triton.cdiv(self.plan.loose.numel(), block_s) * self.H
         else:
             self.n_g = self.n_b = 0
+        # about 16 bytes per lane and store in the K programs, at least one warp
+        row = triton.next_power_of_2(max(self.DK, self.DV))
+        self.num_warps = max(1, min(4, block_s * row // 512))
 
     def __call__(self) -> None:
         grid = self.n_k + self.n_g + self.n_b
@@ -178,4 +194,4 @@ class StoreFloor:
             self.n_k, self.n_g,
             H=self.H, DK=self.DK, DV=self.DV, BDK=triton.next_power_of_2(self.DK),
             BDV=triton.next_power_of_2(self.DV), PAGE=self.page, XB=X, LAYOUT_5D=self.layout_5d,
-            BLOCK_S=_BLOCK_S, LANE_S=_LANE_SLOTS, CODE=_CODE, num_warps=4)
+            BLOCK_S=self.block_s, LANE_S=min(_LANE_SLOTS, self.block_s), CODE=_CODE, num_warps=self.num_warps)

@@ -29,7 +29,8 @@ def test_plan_slots_finds_complete_aligned_groups_only():
 @pytest.mark.parametrize("layout", ["5d", "nhd"])
 @pytest.mark.parametrize("kind,T", [("runs", 150), ("scattered", 37), ("mixed", 90), ("tricky", 70)])
 @pytest.mark.parametrize("H,DK,DV", [(2, 32, 32), (1, 64, 48)])
-def test_floor_writes_exactly_the_addressed_bytes(layout, kind, T, H, DK, DV):
+@pytest.mark.parametrize("block_s", [1, 4, 16])
+def test_floor_writes_exactly_the_addressed_bytes(layout, kind, T, H, DK, DV, block_s):
     if layout == "nhd" and DK != DV:
         DV = DK
     page, n_blocks = 32, 12
@@ -39,7 +40,7 @@ def test_floor_writes_exactly_the_addressed_bytes(layout, kind, T, H, DK, DV):
     km, vm = addressed_masks(layout, tuple(kc.shape), tuple(vc.shape), loc, H, DK, DV)
     k0, v0 = kc.clone(), vc.clone()
     kc, vc, loc_d = kc.to(DEVICE), vc.to(DEVICE), loc.to(DEVICE)
-    floor = store_floor.StoreFloor(kc, vc, loc_d)
+    floor = store_floor.StoreFloor(kc, vc, loc_d, block_s=block_s)
     floor()
     kc, vc = kc.cpu(), vc.cpu()
     assert bool((kc[km] == store_floor._CODE).all()) and bool((vc[vm] == store_floor._CODE).all())
@@ -58,6 +59,8 @@ def test_floor_is_a_no_op_without_valid_slots_and_checks_shapes():
         store_floor.StoreFloor(kc, vc[:, :, :1].contiguous(), torch.tensor([0]))
     with pytest.raises(ValueError, match="NHD"):
         store_floor.StoreFloor(kc.view(-1), vc.view(-1), torch.tensor([0]))
+    with pytest.raises(ValueError, match="block_s"):
+        store_floor.StoreFloor(kc, vc, torch.tensor([0]), block_s=8)
     with pytest.raises(ValueError, match="contiguous"):
         store_floor.StoreFloor(kc, vc.repeat(2, 1, 1, 1, 1)[::2], torch.tensor([0]))
 
