@@ -15,8 +15,9 @@ Contenders, per (geometry, layout, cache dtype, T):
                a constant byte written to exactly the bytes the fused write
                writes, nothing read or computed; 5D V groups found on the host;
                the fastest of its launch sizes.
-               Where it alone misses a flash target, the verdict says so: no
-               writer of that layout can meet the target on that row
+               Where it alone misses a flash target, the verdict calls the row
+               layout-bound: writing that layout's bytes for those slots costs
+               more than the target allows, before anything is read or computed
 
 All timings are CUDA-graph replay medians (sglang_kv5d.bench.common). The byte
 floor is (bytes read + bytes written) / measured device copy bandwidth, with
@@ -383,8 +384,7 @@ def evaluate_targets(result: dict) -> dict:
 
         def add(name, items, bound=None):
             """items: (text, met, row); ``bound(row)``: does the row's store
-            floor alone already miss the target (so no writer of its layout
-            can meet it)?"""
+            floor alone already miss the target (layout-bound)?"""
             items = list(items)
             if not items:
                 return
@@ -483,6 +483,7 @@ def format_table(result: dict) -> str:
             lines.append(f"  [{'met' if c['met'] else 'NOT MET'}] {name} ({c['checked']} rows)"
                          + (": " + "; ".join(c["failures"]) if c["failures"] else ""))
             if c.get("layout_bound"):
-                lines.append("      out of reach for any writer of the layout (its store floor alone misses): "
+                lines.append("      layout-bound (the layout's store floor, its bytes written with nothing read, "
+                             "misses the target by itself): "
                              + "; ".join(c["layout_bound"]))
     return "\n".join(lines)
