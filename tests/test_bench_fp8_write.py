@@ -107,3 +107,9 @@ def test_bench_cli_explains_and_checks_cache_size():
     for value in (-1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="cache_gib"):
             bench.run(device="cpu", cache_gib=value)
+
+
+def test_peer_failures_name_the_cause():
+    exc = RuntimeError("at 1:0:\ndef kernel(...):\n^\nfp8e4b8 is not supported in this architecture\n")
+    assert bench._error_line(exc) == "RuntimeError: fp8e4b8 is not supported in this architecture"
+    assert bench._error_line(ValueError("")) == "ValueError: "

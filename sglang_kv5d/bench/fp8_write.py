@@ -145,6 +145,14 @@ def decode_loc(T: int, n_slots: int, *, gen, device):
     return torch.randperm(n_slots, generator=gen)[:T].to(device)
 
 
+def _error_line(exc: BaseException) -> str:
+    """The exception's type and the last non-empty line of its message (a
+    Triton CompilationError starts with the source position and ends with the
+    cause), at most 200 characters."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[-1][:200] if lines else ''}"
+
+
 def _time(fn, T) -> float:
     inner = 10 if T <= 32768 else 3
     reps = 20 if T <= 32768 else 10
@@ -279,7 +287,7 @@ def run(
                     try:
                         flash_us = _time(run_flash, T)
                     except Exception as exc:  # noqa: BLE001 - reported in the row
-                        flash_note = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                        flash_note = f"failed on {cdt_name}: {_error_line(exc)}"
                     del kcn, vcn
                 for layout in layouts:
                     if layout == "5d":
@@ -321,7 +329,7 @@ def run(
                         try:
                             unfused_us = _time(run_unfused, T)
                         except Exception as exc:  # noqa: BLE001
-                            unfused_note = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                            unfused_note = f"failed on {cdt_name}: {_error_line(exc)}"
                     del k2, v2, kc, vc, kct, vct
 
                     row = {
