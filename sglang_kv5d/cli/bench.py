@@ -38,8 +38,10 @@ def bench(what: str, as_json: bool, out_path, device: str, cache_gib: float) -> 
     Measures the device copy bandwidth (the byte floor), then each kernel and
     the peers that can run here (SGLang's upstream unfused FP8 write and its
     writer / decode kernels when importable), with CUDA-graph replay medians,
-    and prints ratios to the floor and to each peer. Progress goes to stderr.
-    Needs a GPU; exits 2 without one.
+    and prints ratios to the floor and to each peer. The FP8 write also gets
+    the store floor of each row's layout (its bytes written with a constant,
+    nothing read): a row whose store floor alone misses a target is marked
+    layout-bound. Progress goes to stderr. Needs a GPU; exits 2 without one.
     """
     import importlib
 
