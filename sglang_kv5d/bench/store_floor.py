@@ -23,8 +23,8 @@ V; NHD or SHUFFLE 5D), from three kinds of programs:
 program: small calls want many short programs, large ones fewer. The floor of
 a row is the fastest of them (``block_sizes``).
 
-On scattered (decode) slots no group is complete, so the floor is the cost of
-the layout itself: in 5D a token's V bytes land in H x D_v different 16-byte
+On scattered (decode) slots hardly any group is complete, so the floor is the
+cost of the layout itself: in 5D a token's V bytes land in H x D_v different 16-byte
 vectors (H x D_v / 2 partially written 32-byte sectors), where an NHD row is
 H x D_v / 32 whole sectors.
 
