@@ -84,9 +84,15 @@ def _store_floor_kernel(slots_ptr, n_s, leaders_ptr, loose_ptr, n_loose, kc_ptr,
                         BDV: tl.constexpr, PAGE: tl.constexpr, XB: tl.constexpr,
                         LAYOUT_5D: tl.constexpr, BLOCK_S: tl.constexpr, LANE_S: tl.constexpr,
                         CODE: tl.constexpr):
+    """Grid (n_k_programs + n_group_programs + loose programs,): K programs
+    (BLOCK_S of the sorted int64 ``slots`` x one head; NHD: K and V rows),
+    then 5D V group programs (one int64 leader slot of ``leaders`` x one head),
+    then 5D V byte programs (BLOCK_S of ``loose`` x one head). ``kc_ptr`` /
+    ``vc_ptr``: the uint8 caches, NHD (slots, H, D) or 5D K (blocks, H, DK/XB,
+    PAGE, XB) and V (blocks, H, PAGE/XB, DV, XB). Writes CODE everywhere."""
     pid = tl.program_id(0)
     if pid < n_k_programs:
-        # K rows (and NHD V rows): 16 slots x one head
+        # K rows (and NHD V rows): BLOCK_S slots x one head
         w = pid // H
         h = pid - w * H
         i = w * BLOCK_S + tl.arange(0, BLOCK_S)
