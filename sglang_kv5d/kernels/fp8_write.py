@@ -1049,19 +1049,22 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool, native_fp8:
     cfg = {"block_t": 16, "heads_per_program": 1, "d_split": 1, "split_kv": True,
            "num_warps": 4, "groups": False, "v_words": True, "parts": "kv", "maxnreg": None,
            "token_major": False, "v_spec": False, "byte_tokens": 16}
+    # 5D V bytes one by one
+    v_bytes = dict(d_split=_row_chunks(DK, DV), block_t=4 if T <= 128 else 16, token_major=D < 256,
+                   byte_tokens=4 if T <= _DECODE_LANES_MAX_T else 16)
+    big_d256 = D == 256 and T * H * DV >= _GROUPS_MIN_V_BYTES_D256
     if layout_5d and not native_fp8:
-        whole_rows = D == 256 and T * H * DV >= _GROUPS_MIN_V_BYTES_D256
-        cfg.update(d_split=1 if whole_rows else _row_chunks(DK, DV), block_t=4 if T <= 128 else 16,
-                   token_major=D < 256, byte_tokens=4 if T <= _DECODE_LANES_MAX_T else 16)
+        cfg.update(v_bytes)
+        if big_d256:
+            cfg["d_split"] = 1  # whole rows of 256 dims
     elif layout_5d:
         if T > _GROUPS_MIN_T and D < 256:
             cfg.update(groups=True, heads_per_program=_heads_per_program(H, D, 256), token_major=True,
                        v_spec=True)
-        elif D == 256 and T * H * DV >= _GROUPS_MIN_V_BYTES_D256:
+        elif big_d256:
             cfg.update(groups=True, d_split=_row_chunks(DK, DV), token_major=True)
         else:
-            cfg.update(d_split=_row_chunks(DK, DV), block_t=4 if T <= 128 else 16, token_major=D < 256,
-                       byte_tokens=4 if T <= _DECODE_LANES_MAX_T else 16)
+            cfg.update(v_bytes)
     elif T <= 128:
         cfg.update(block_t=4)
     else:
