@@ -115,7 +115,7 @@ def _floor(args):
                  BLOCK_S=args.block_s, LANE_S=min(F._LANE_SLOTS, args.block_s), CODE=F._CODE)
     ptrs = {"slots_ptr": "*i64", "leaders_ptr": "*i64", "loose_ptr": "*i64", "kc_ptr": "*u8", "vc_ptr": "*u8"}
     label = f"floor_{args.layout}_h{args.h}_d{args.d}_s{args.block_s}"
-    warps = max(1, min(4, args.block_s * const["BDK"] // 512))  # as StoreFloor picks them
+    warps = F.num_warps(args.block_s, const["BDK"])
     return label, {"num_warps": warps}, _compile(F._store_floor_kernel, const, ptrs, set(), {"num_warps": warps})
 
 

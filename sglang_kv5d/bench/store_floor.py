@@ -51,6 +51,13 @@ def block_sizes(T: int) -> tuple:
     return (1, 4, 16) if T <= 4096 else (4, 16)
 
 
+def num_warps(block_s: int, row: int) -> int:
+    """Warps per program for ``block_s`` slots of ``row`` (the wider head dim,
+    a power of two) bytes: about 16 bytes per lane and store in the K
+    programs, at least one warp, at most four."""
+    return max(1, min(4, block_s * row // 512))
+
+
 class SlotPlan(NamedTuple):
     """Which cache bytes a write of ``loc`` touches, as the floor kernel takes them.
 
@@ -186,9 +193,7 @@ class StoreFloor:
             self.n_b = triton.cdiv(self.plan.loose.numel(), block_s) * self.H
         else:
             self.n_g = self.n_b = 0
-        # about 16 bytes per lane and store in the K programs, at least one warp
-        row = triton.next_power_of_2(max(self.DK, self.DV))
-        self.num_warps = max(1, min(4, block_s * row // 512))
+        self.num_warps = num_warps(block_s, triton.next_power_of_2(max(self.DK, self.DV)))
 
     def __call__(self) -> None:
         grid = self.n_k + self.n_g + self.n_b
