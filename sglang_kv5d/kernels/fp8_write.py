@@ -786,6 +786,21 @@ def _check_scale(name: str, scale, device: torch.device):
             f"{name}: expected a positive finite scale (also after rounding to float32), "
             f"got {scale!r}"
         )
+    # The kernel divides in float32 through the reciprocal (module docstring,
+    # "Division"): a subnormal scale is flushed to zero on GPUs and its
+    # reciprocal overflows; a reciprocal that is subnormal is flushed too. So
+    # both the scale and its float32 reciprocal must be normal float32 numbers
+    # (about 1.2e-38 .. 8.5e37). A tensor scale is read on the device and is
+    # not checked here (that would be a host sync).
+    tiny = 2.0 ** -126  # the smallest normal float32
+    rcp32 = _round_to_float32(1.0 / as32)
+    if as32 < tiny or not math.isfinite(rcp32) or rcp32 < tiny:
+        raise ValueError(
+            f"{name}: {scale!r} is {'subnormal' if as32 < tiny else 'too large'} in float32 "
+            f"(its float32 value {as32!r}, reciprocal {rcp32!r}); the scale and its reciprocal must "
+            f"be normal float32 numbers, {tiny!r} .. {1.0 / tiny!r}: pass a "
+            f"calibrated scale in that range"
+        )
     return as32, False
 
 
