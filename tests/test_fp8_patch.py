@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import sglang_kv5d
+from sglang_kv5d import kernel_check
 from sglang_kv5d.kernels import fp8_write
 from sglang_kv5d.kernels.fp8_reference import fp8_step_distance
 from tests.helpers.pools import enable_5d, make_hybrid_pool, make_mha_pool, memory_pool_module
@@ -23,7 +24,12 @@ FP8 = torch.float8_e4m3fn
 
 
 class LaunchCounter:
-    """Counts launches of the fused kernel (``kernel[grid](...)``)."""
+    """Counts launches of the fused kernel (``kernel[grid](...)``).
+
+    Building a 5D fp8 pool runs the kernel check (sglang_kv5d.kernel_check):
+    one launch per new configuration. Tests that count the writes' launches
+    call :meth:`built` after building their pools.
+    """
 
     def __init__(self, kernel):
         self.kernel = kernel
@@ -36,12 +42,18 @@ class LaunchCounter:
     def __getattr__(self, name):
         return getattr(self.kernel, name)
 
+    def built(self, pool):
+        self.launches = 0
+        return pool
+
 
 @pytest.fixture
 def launches(monkeypatch):
+    kernel_check.reset()
     counter = LaunchCounter(fp8_write._write_kv_fp8_kernel)
     monkeypatch.setattr(fp8_write, "_write_kv_fp8_kernel", counter)
-    return counter
+    yield counter
+    kernel_check.reset()
 
 
 @pytest.fixture
@@ -83,6 +95,10 @@ def test_mha_pool_matches_upstream_and_leaves_inputs(monkeypatch, overlay, launc
     enable_5d(monkeypatch, layout)
     factory = lambda: make_mha_pool(dtype=FP8, page_size=16, head_num=2, head_dim=64, layer_num=2, size=128)  # noqa: E731
     pool = factory()
+    # the kernel check ran the fused write once for the pool's shapes (5D only)
+    assert launches.launches == (1 if layout == "vectorized_5d" else 0)
+    assert [r.ok for r in kernel_check._checked.values()] == ([True] if layout == "vectorized_5d" else [])
+    launches.built(pool)
     assert pool.k_buffer[0].dim() == (5 if layout == "vectorized_5d" else 3)
     k, v = _inputs(20, 2, 64, seed=1, scale_hint=3.0)
     k0, v0 = k.clone(), v.clone()
@@ -100,7 +116,7 @@ def test_mha_pool_matches_upstream_and_leaves_inputs(monkeypatch, overlay, launc
 def test_hybrid_pool_reaches_the_fused_path(monkeypatch, overlay, launches):
     enable_5d(monkeypatch)
     factory = lambda: make_hybrid_pool(dtype=FP8, page_size=16, head_num=1, head_dim=64)  # noqa: E731
-    pool = factory()
+    pool = launches.built(factory())
     k, v = _inputs(33, 1, 64, seed=2, scale_hint=1.0)
     k0, v0 = k.clone(), v.clone()
     loc = torch.arange(32, 65)
@@ -116,7 +132,7 @@ def test_hybrid_pool_reaches_the_fused_path(monkeypatch, overlay, launches):
 
 def test_tensor_scales_are_read_on_device(monkeypatch, overlay, launches):
     enable_5d(monkeypatch)
-    pool = make_mha_pool(dtype=FP8, page_size=16, head_num=1, head_dim=64, layer_num=1, size=64)
+    pool = launches.built(make_mha_pool(dtype=FP8, page_size=16, head_num=1, head_dim=64, layer_num=1, size=64))
     k, v = _inputs(4, 1, 64, seed=3, scale_hint=1.0)
     pool.set_kv_buffer(types.SimpleNamespace(layer_id=0), torch.tensor([0, 1, 2, 3]), k, v,
                        torch.tensor(0.5), torch.tensor([2.0]))
@@ -139,7 +155,7 @@ def test_saturates_where_upstream_overflows(monkeypatch, overlay, launches):
 def test_ineligible_calls_reach_the_original(monkeypatch, overlay, launches, case):
     enable_5d(monkeypatch)
     dtype = torch.bfloat16 if case == "bf16-pool" else FP8
-    pool = make_mha_pool(dtype=dtype, page_size=16, head_num=1, head_dim=64, layer_num=1, size=64)
+    pool = launches.built(make_mha_pool(dtype=dtype, page_size=16, head_num=1, head_dim=64, layer_num=1, size=64))
     k, v = _inputs(4, 1, 64, seed=4, scale_hint=1.0)
     if case == "same-dtype":
         k, v = k.to(FP8), v.to(FP8)

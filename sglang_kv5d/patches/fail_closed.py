@@ -8,22 +8,71 @@ This guard runs before ``MHATokenToKVPool.__init__`` and
 raises :class:`sglang_kv5d.activation.Kv5dNotReadyError` naming the patch, the
 reason and the fix (a warning instead with ``SGLANG_KV5D_STRICT=0``).
 The check is one environment lookup when 5D is not requested.
+
+After the constructor returns (5D requested), the same guards check the
+overlay's kernels before any traffic and before CUDA-graph capture
+(sglang_kv5d.kernel_check): a new MHATokenToKVPool (not a subclass, whose own
+constructor is not done yet) runs the fused FP8 write for its shapes, the
+AITER backend runs it for the model's dtype on every leaf pool and decides
+the 5D attention path; a kernel that cannot compile or run is logged with the
+fallback taken, and when no attention path works the backend refuses to start
+(Kv5dNotReadyError, under the same strict policy). An unexpected error of the
+check itself is logged and does not stop the server.
 """
 
 from __future__ import annotations
 
+import logging
+
 from .. import config
 from . import Binding, Patch
 
+logger = logging.getLogger("sglang_kv5d")
 
-def _guard(where: str):
+
+def _own_init(instance, patch_name: str) -> bool:
+    """Is the guarded constructor the instance's own (no subclass __init__ around it)?"""
+    from ..activation import patch_marker
+
+    for cls in type(instance).__mro__:
+        if "__init__" in cls.__dict__:
+            return patch_marker(cls.__dict__["__init__"]) == patch_name
+    return False
+
+
+def _check_pool(instance, args, kwargs) -> None:
+    from .. import kernel_check
+
+    if _own_init(instance, "fail-closed-pool"):
+        kernel_check.check_pool(instance)
+
+
+def _check_backend(instance, args, kwargs) -> None:
+    from .. import kernel_check
+
+    model_runner = args[0] if args else kwargs.get("model_runner")
+    if model_runner is not None:
+        kernel_check.check_backend(instance, model_runner)
+
+
+def _guard(where: str, after):
     def make(original):
         def wrapper(wrapped, instance, args, kwargs):
-            if config.wants_5d():
-                from ..activation import enforce_5d_ready
+            if not config.wants_5d():
+                return wrapped(*args, **kwargs)
+            from ..activation import Kv5dNotReadyError, enforce_5d_ready
 
-                enforce_5d_ready(f"{where} ({type(instance).__name__})")
-            return wrapped(*args, **kwargs)
+            enforce_5d_ready(f"{where} ({type(instance).__name__})")
+            result = wrapped(*args, **kwargs)
+            try:
+                after(instance, args, kwargs)
+            except Kv5dNotReadyError:
+                raise
+            except Exception as exc:  # the check is advice: never the reason a server does not start
+                logger.warning("sglang-kv5d: the kernel check after building %s could not run (%s: %s); "
+                               "kernel failures will show at first use (and fall back there)",
+                               where, type(exc).__name__, exc)
+            return result
 
         return wrapper
 
@@ -33,13 +82,13 @@ def _guard(where: str):
 POOL_GUARD = Patch(
     name="fail-closed-pool",
     summary="Refuse to build a 5D KV pool when a patch 5D needs is not applied.",
-    bindings=(Binding("memory_pool.MHATokenToKVPool.__init__", _guard("a KV pool"), check_signature=False),),
+    bindings=(Binding("memory_pool.MHATokenToKVPool.__init__", _guard("a KV pool", _check_pool), check_signature=False),),
     internal=True,
 )
 
 BACKEND_GUARD = Patch(
     name="fail-closed-backend",
     summary="Refuse to build the AITER attention backend for 5D when a patch 5D needs is not applied.",
-    bindings=(Binding("aiter_backend.init", _guard("the AITER attention backend"), check_signature=False),),
+    bindings=(Binding("aiter_backend.init", _guard("the AITER attention backend", _check_backend), check_signature=False),),
     internal=True,
 )

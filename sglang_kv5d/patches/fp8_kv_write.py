@@ -15,6 +15,15 @@ and V in one launch, inputs untouched) and everything else to the original:
 
 SWA and hybrid pools reach it through their inner MHA pools. Both call forms
 (``loc`` on 0.5.13.post1, ``loc_info``/KVWriteLoc later) are handled.
+
+A failure of the kernel itself (a Triton compile or resource error, a driver
+error at launch: anything but the host checks' TypeError/ValueError) also
+sends the call to the original, which writes every slot of the call (the
+fused write is one launch: when it raises, nothing of it ran). The failure is
+recorded per configuration in sglang_kv5d.kernel_check with one warning, and
+later calls of that configuration go to the original without trying the
+kernel again (inside a CUDA-graph capture too). ``kernel_check.check_pool``
+runs the kernel for a pool's shapes when the pool is built (patches/fail_closed.py).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import inspect
 import logging
 import os
 
+from .. import kernel_check
 from . import Binding, Patch
 
 logger = logging.getLogger("sglang_kv5d")
@@ -37,29 +47,48 @@ def _fp8_dtypes():
 _PLAN = "_kv5d_fp8_write_plan"  # per-pool cache of the static eligibility
 
 
-def pool_plan(pool, fp8_dtypes) -> bool:
-    """Static eligibility of one pool (computed once, cached on the pool).
+def eligible(pool, fp8_dtypes) -> bool:
+    """Static eligibility of one pool (not cached: see pool_plan).
 
     fp8 dtype; not an FP4 / quantized-recipe pool; not HND; labelled NHD or
     vectorized_5d (page-major / unified-memory pools are not); physical
     buffers 3-D (NHD) or 5-D (SHUFFLE); a device Triton can run on.
     """
+    k0 = pool.k_buffer[0] if getattr(pool, "k_buffer", None) else None
+    device = str(getattr(pool, "device", "cpu"))
+    return bool(
+        pool.dtype in fp8_dtypes
+        and not getattr(pool, "is_quantized_kv_cache", False)
+        and not getattr(pool, "use_hnd", False)
+        and getattr(pool, "kv_cache_layout", "nhd") in ("nhd", "vectorized_5d")
+        and k0 is not None
+        and k0.dim() in (3, 5)
+        and k0.dim() == pool.v_buffer[0].dim()
+        and (not device.startswith("cpu") or os.environ.get("TRITON_INTERPRET") == "1")
+    )
+
+
+def pool_plan(pool, fp8_dtypes) -> bool:
+    """:func:`eligible`, computed once per pool and cached on it (at the first
+    write, when the pool and any subclass's constructor are done)."""
     plan = pool.__dict__.get(_PLAN)
     if plan is None:
-        k0 = pool.k_buffer[0] if getattr(pool, "k_buffer", None) else None
-        device = str(getattr(pool, "device", "cpu"))
-        plan = bool(
-            pool.dtype in fp8_dtypes
-            and not getattr(pool, "is_quantized_kv_cache", False)
-            and not getattr(pool, "use_hnd", False)
-            and getattr(pool, "kv_cache_layout", "nhd") in ("nhd", "vectorized_5d")
-            and k0 is not None
-            and k0.dim() in (3, 5)
-            and k0.dim() == pool.v_buffer[0].dim()
-            and (not device.startswith("cpu") or os.environ.get("TRITON_INTERPRET") == "1")
-        )
+        plan = eligible(pool, fp8_dtypes)
         pool.__dict__[_PLAN] = plan
     return plan
+
+
+_KEYS = "_kv5d_fp8_write_keys"  # per-pool {input dtype: kernel_check.Fp8WriteKey}
+
+
+def _key(pool, in_dtype):
+    keys = pool.__dict__.get(_KEYS)
+    if keys is None:
+        keys = pool.__dict__[_KEYS] = {}
+    key = keys.get(in_dtype)
+    if key is None:
+        key = keys[in_dtype] = kernel_check.fp8_write_key(in_dtype, pool.dtype, pool.k_buffer[0], pool.v_buffer[0])
+    return key
 
 
 def _make(original):
@@ -75,6 +104,8 @@ def _make(original):
     float_inputs = (torch.bfloat16, torch.float16, torch.float32)
     tensor = torch.Tensor
     fallbacks_seen = set()
+    failed = kernel_check.FAILED  # the same dict object for the process: empty unless a kernel failed
+    FP8_WRITE = kernel_check.FP8_WRITE
 
     def arg(name, args, kwargs):
         i = index.get(name)
@@ -117,10 +148,21 @@ def _make(original):
         if cache_k.dim() == 2:
             cache_k = cache_k.view(cache_k.shape[0], pool.head_num, -1)
             cache_v = cache_v.view(cache_v.shape[0], pool.head_num, -1)
+        if failed and (FP8_WRITE, _key(pool, kd)) in failed:
+            return wrapped(*args, **kwargs)  # known not to compile / run here: logged once already
         try:
             fp8_write.write_kv_fp8(cache_k, cache_v, pool.k_buffer[idx], pool.v_buffer[idx], loc, k_scale, v_scale,
                                    fp8_dtype=dtype)
-        except (TypeError, ValueError) as exc:
+        except Exception as exc:
+            if not kernel_check.is_host_validation(exc):
+                # The kernel itself failed (compile, resources, launch): one
+                # launch, so nothing was written; remember it for this
+                # configuration and let SGLang write the whole call.
+                key = _key(pool, kd)
+                kernel_check.record_failure(FP8_WRITE, key, exc, shapes=kernel_check.fp8_write_shapes(key),
+                                            device=pool.k_buffer[idx].device,
+                                            fallback=kernel_check.FP8_WRITE_FALLBACK)
+                return wrapped(*args, **kwargs)
             # write_kv_fp8 validates before writing anything: hand the call to
             # upstream, and say so once per kind of input.
             reason = f"{type(exc).__name__}: {exc}"
