@@ -746,6 +746,19 @@ def enforce_5d_ready(where: str) -> None:
             logger.warning("%s", message)
 
 
+def fail_closed(message: str) -> None:
+    """The fail-closed policy for a 5D problem found at startup outside the
+    patch table (sglang_kv5d.kernel_check: no working attention kernel).
+    Strict: raise Kv5dNotReadyError(message). Non-strict: log it once."""
+    eng = _engine
+    with eng.lock:
+        if eng.strict:
+            raise Kv5dNotReadyError(message)
+        if message not in eng.warned_5d:
+            eng.warned_5d.add(message)
+            logger.warning("%s (continuing: %s=0)", message, config.STRICT)
+
+
 def _fix_for(rec: _Record) -> str:
     if rec.state == DISABLED:
         return f"add {rec.patch.name} to {config.PATCHES} (or unset it to select every patch)"

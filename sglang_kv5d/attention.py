@@ -222,6 +222,80 @@ def _is_no_kernel(e: BaseException) -> bool:
     return NO_KERNEL_MARK in str(e)
 
 
+def aiter_problem() -> Optional[str]:
+    """Why aiter cannot serve 5D attention in this process (None when it can):
+    not importable, or without pa_decode_gluon / mha_batch_prefill_func."""
+    fns, err = _aiter_functions(_DECODE_FNS + _EXTEND_FNS)
+    if err is not None:
+        return f"aiter is not importable ({err})"
+    missing = [n for n in _DECODE_FNS + _EXTEND_FNS if n not in fns]
+    return f"aiter has no {', '.join(missing)}" if missing else None
+
+
+def _aiter_rescue(key: ConfigKey, names, unsupported) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
+    """(aiter functions, None) when aiter can serve ``key`` after the portable
+    kernel failed, else (None, why not)."""
+    with _lock:
+        known = _fallbacks.get(key)
+    if known is not None:
+        return None, known
+    fns, err = _aiter_functions(names)
+    if err is not None:
+        return None, f"aiter is not importable ({err})"
+    missing = [n for n in names if n not in fns]
+    if missing:
+        return None, f"aiter has no {', '.join(missing)}"
+    why = unsupported() if unsupported is not None else None
+    if why:
+        return None, why
+    return fns, None
+
+
+def _run_portable(key: ConfigKey, names, unsupported, run_aiter, device, launch):
+    """Launch a portable kernel (returns None), or, when it fails or is known
+    to fail for this configuration, return ``run_aiter(fns)`` where aiter can
+    serve it; else raise Kv5dNotReadyError naming both causes and the fix.
+
+    The host checks' TypeError / ValueError propagate as before. A kernel
+    failure is recorded once per configuration (sglang_kv5d.kernel_check),
+    so a failing compile is not retried, inside a CUDA-graph capture neither.
+    """
+    from sglang_kv5d import kernel_check
+
+    kernel = kernel_check.DECODE if names is _DECODE_FNS else kernel_check.EXTEND
+    pkey = key._replace(function=kernel)
+    failed = kernel_check.FAILED
+    reason = failed.get((kernel, pkey)) if failed else None
+    error = None
+    if reason is None:
+        try:
+            launch()
+            return None
+        except Exception as e:
+            if kernel_check.is_host_validation(e):
+                raise
+            error = e
+    fns, why = _aiter_rescue(key, names, unsupported)
+    if error is not None:
+        fallback = ("aiter serves it" if fns is not None else
+                    f"No other 5D attention path ({why}): such calls raise Kv5dNotReadyError")
+        reason = kernel_check.record_failure(kernel, pkey, error, shapes=_key_text(pkey), device=device,
+                                             fallback=fallback)
+    if fns is not None:
+        return run_aiter(fns)
+    from sglang_kv5d.activation import Kv5dNotReadyError
+
+    exc = Kv5dNotReadyError(
+        f"sglang-kv5d: no working 5D attention path for {_key_text(pkey)}: the portable kernel failed "
+        f"({reason}) and aiter cannot serve it ({why}). Fix: install an aiter build that serves this "
+        "configuration, or a Triton that compiles the portable kernels (`sglang-kv5d doctor`), or unset "
+        "SGLANG_AITER_KV_CACHE_LAYOUT to serve with the NHD layout"
+    )
+    if error is not None:
+        raise exc from error
+    raise exc
+
+
 # --------------------------------------------------------------------------
 # Small pure helpers
 # --------------------------------------------------------------------------
@@ -449,19 +523,20 @@ def forward_decode_vectorized_5d(backend, q, layer, forward_batch, k_cache, v_ca
         "pa_decode_gluon", _dname(q.dtype), _dname(kv_dtype), page, d, dv, hq, hkv,
         window >= 0, sinks is not None, cap > 0,
     )
-    impl, fns = _route(
-        key, _DECODE_FNS, lambda: _decode_unsupported(q3, o3, kv_dtype, hq, hkv, d, dv, cap)
-    )
+    unsupported = lambda: _decode_unsupported(q3, o3, kv_dtype, hq, hkv, d, dv, cap)  # noqa: E731
+    impl, fns = _route(key, _DECODE_FNS, unsupported)
+
+    def run_aiter(fns):
+        lens = context_lens if context_lens.dtype == torch.int32 else context_lens.to(torch.int32)
+        table = block_tables if block_tables.dtype == torch.int32 else block_tables.to(torch.int32)
+        _decode_aiter(
+            fns, backend, layer, q3, o3, k_cache, v_cache, table, lens,
+            bs, hq, hkv, d, fp8, window, sinks,
+        )
+
     if impl == "aiter":
-        if context_lens.dtype != torch.int32:
-            context_lens = context_lens.to(torch.int32)
-        if block_tables.dtype != torch.int32:
-            block_tables = block_tables.to(torch.int32)
         try:
-            _decode_aiter(
-                fns, backend, layer, q3, o3, k_cache, v_cache, block_tables, context_lens,
-                bs, hq, hkv, d, fp8, window, sinks,
-            )
+            run_aiter(fns)
             return None
         except Exception as e:
             if not _is_no_kernel(e):
@@ -471,7 +546,7 @@ def forward_decode_vectorized_5d(backend, q, layer, forward_batch, k_cache, v_ca
     k_scale = v_scale = None
     if fp8:
         k_scale, v_scale = _kv_scales(layer, backend, q.device)
-    _kernels().decode_attention_5d(
+    _run_portable(key, _DECODE_FNS, unsupported, run_aiter, q.device, lambda: _kernels().decode_attention_5d(
         q3,
         k_cache,
         v_cache,
@@ -486,7 +561,7 @@ def forward_decode_vectorized_5d(backend, q, layer, forward_batch, k_cache, v_ca
         logit_cap=cap,
         num_splits=None,
         out=o3,
-    )
+    ))
     return None
 
 
@@ -608,16 +683,20 @@ def forward_extend_vectorized_5d(backend, q, k, v, layer, forward_batch, bs0, wi
         return None
 
     impl, fns = _route(key, _EXTEND_FNS, unsupported)
+
+    def run_aiter(fns):
+        o = _extend_aiter(
+            fns["mha_batch_prefill_func"], backend, layer, forward_batch, q3, k, v,
+            k_store, v_store, kv_dtype, page, slots, qo_indptr, bs, hq, hkv, hkv_v, d, dv,
+            fp8, aiter_window, cap, sinks,
+        )
+        if o.dtype != out_dtype:
+            o = o.to(out_dtype)
+        return o.reshape(-1, hq * dv)
+
     if impl == "aiter":
         try:
-            o = _extend_aiter(
-                fns["mha_batch_prefill_func"], backend, layer, forward_batch, q3, k, v,
-                k_store, v_store, kv_dtype, page, slots, qo_indptr, bs, hq, hkv, hkv_v, d, dv,
-                fp8, aiter_window, cap, sinks,
-            )
-            if o.dtype != out_dtype:
-                o = o.to(out_dtype)
-            return o.reshape(-1, hq * dv)
+            return run_aiter(fns)
         except Exception as e:
             if not _is_no_kernel(e):
                 raise
@@ -635,7 +714,7 @@ def forward_extend_vectorized_5d(backend, q, k, v, layer, forward_batch, bs0, wi
     if fp8:
         k_scale, v_scale = _kv_scales(layer, backend, q.device)
     out = torch.empty((q3.shape[0], hq, dv), dtype=out_dtype, device=q.device)
-    _kernels().extend_attention_5d(
+    rescued = _run_portable(key, _EXTEND_FNS, unsupported, run_aiter, q.device, lambda: _kernels().extend_attention_5d(
         q3,
         k_cache,
         v_cache,
@@ -651,7 +730,9 @@ def forward_extend_vectorized_5d(backend, q, k, v, layer, forward_batch, bs0, wi
         sinks=sinks,
         logit_cap=cap,
         out=out,
-    )
+    ))
+    if rescued is not None:  # aiter's result (the portable kernel failed)
+        return rescued
     return out.reshape(-1, hq * dv)
 
 
