@@ -219,36 +219,59 @@ def _expect(exc, match, fn, **kw):
 
 
 def test_pa_decode_rejections(fake_aiter):
+    """The real wrapper's checks with its exception types (tests/test_aiter_contract.py runs the
+    real one on the same mistakes); SilentGarbage where the real kernel would read garbage."""
     from aiter._fake import SilentGarbage
     from aiter.ops.triton.gluon.pa_decode_gluon import pa_decode_gluon as f
 
     c = _decode_case()
     bad_v3 = c["v5"].reshape(c["v5"].shape[0], c["hkv"], -1)
-    _expect(AssertionError, "key_cache must be 5D", f, **_pa_kwargs(c, key_cache=c["k5"].flatten(3)))
+    _expect(AssertionError, "Expected 5D key_cache", f, **_pa_kwargs(c, key_cache=c["k5"].flatten(3)))
     _expect(RuntimeError, "Unsupported value cache shape", f, **_pa_kwargs(c, value_cache=bad_v3))
-    _expect(AssertionError, "query must be 3D", f, **_pa_kwargs(c, query=c["q"].flatten(1)))
-    _expect(AssertionError, "query_length must be 1..4", f, **_pa_kwargs(c, query_length=5))
-    # group * qlen > 64
+    _expect(AssertionError, "Expected 3D query", f, **_pa_kwargs(c, query=c["q"].unsqueeze(-1)))
+    _expect(AssertionError, "exceeds maximum of 4", f, **_pa_kwargs(c, query_length=5))
     big = _decode_case(hq=66, hkv=1, lens=(3,))
-    _expect(AssertionError, "> 64", f, **_pa_kwargs(big, exp_sums=None, max_logits=None, temporary_output=None))
-    _expect(AssertionError, "key/value cache dtypes differ", f,
-            **_pa_kwargs(c, value_cache=c["v5"].to(torch.float16)))
-    _expect(AssertionError, "key_cache dtype torch.uint8", f,
+    _expect(AssertionError, "exceeds maximum of 64", f,
+            **_pa_kwargs(big, exp_sums=None, max_logits=None, temporary_output=None))
+    _expect(AssertionError, "key_cache tensor only support dtype", f,
             **_pa_kwargs(c, key_cache=c["k5"].view(torch.uint8)))
-    _expect(AssertionError, "output dtype", f, **_pa_kwargs(c, output=torch.empty(c["q"].shape)))
-    _expect(AssertionError, "block_tables must be int32", f, **_pa_kwargs(c, block_tables=c["table"].long()))
-    # scales must be fp32 (even when the cache is bf16 and they would be ignored)
-    _expect(AssertionError, "key_scale must be float32", f, **_pa_kwargs(c, key_scale=torch.ones(1, dtype=torch.bfloat16)))
+    _expect(AssertionError, "output tensor only support dtype", f, **_pa_kwargs(c, output=torch.empty(c["q"].shape)))
+    _expect(AssertionError, "query_scale tensor only support dtype", f,
+            **_pa_kwargs(c, query_scale=torch.ones(1, dtype=torch.float16)))
     c8 = _decode_case(dtype=FP8)
     _expect(SilentGarbage, "without key_scale AND value_scale", f, **_pa_kwargs(c8))
     _expect(SilentGarbage, "without key_scale AND value_scale", f, **_pa_kwargs(c8, key_scale=torch.ones(1)))
-    _expect(AssertionError, "value_scale must be float32", f,
+    _expect(AssertionError, "value_scale tensor only support dtype", f,
             **_pa_kwargs(c8, key_scale=torch.ones(1), value_scale=torch.ones(1, dtype=torch.float64)))
-    _expect(AssertionError, "query_scale must be float32", f, **_pa_kwargs(c, query_scale=torch.ones(1, dtype=torch.float16)))
-    _expect(AssertionError, "temporary_output shape", f,
+    _expect(AssertionError, "Key and value scales must have same shape", f,
+            **_pa_kwargs(c8, key_scale=torch.ones(1), value_scale=torch.ones(1, 1, 1, 1)))
+    _expect(SilentGarbage, "temporary_output shape", f,
             **_pa_kwargs(c, temporary_output=torch.empty(1, dtype=torch.bfloat16)))
+    _expect(SilentGarbage, "block id out of range", f, **_pa_kwargs(c, block_tables=c["table"] + 1000))
     _expect(TypeError, "missing", f, output=c["q"])  # required parameters stay required
-    assert len(fake_aiter._fake.calls("pa_decode_gluon")) >= 14  # rejected calls are recorded too
+    # the architecture and Gluon checks come first
+    fake_aiter._fake.ARCH = "gfx90a"
+    _expect(AssertionError, "only supports gfx942 .CDNA3. and gfx950", f, **_pa_kwargs(c))
+    fake_aiter._fake.ARCH, fake_aiter._fake.GLUON = "gfx942", False
+    _expect(RuntimeError, "not support gluon jit mode", f, **_pa_kwargs(c))
+    fake_aiter._fake.GLUON = True
+    assert len(fake_aiter._fake.calls("pa_decode_gluon")) >= 16  # rejected calls are recorded too
+
+
+def test_pa_decode_is_no_stricter_than_the_real_wrapper(fake_aiter):
+    """What the real wrapper accepts, the fake accepts: int64 tables, partition size 512,
+    an fp16 V cache beside a bf16 K cache, an fp16 output with bf16 compute, non-fp32
+    scales beside a bf16 cache (the real wrapper ignores them there)."""
+    from aiter.ops.triton.gluon.pa_decode_gluon import pa_decode_gluon as f
+
+    c = _decode_case()
+    ref = _decode_ref(c, sm_scale=0.125)
+    for over in (dict(block_tables=c["table"].long()), dict(context_partition_size=512),
+                 dict(value_cache=c["v5"].to(torch.float16)), dict(output=torch.empty_like(c["q"]).half()),
+                 dict(key_scale=torch.ones(1, dtype=torch.bfloat16), value_scale=torch.ones(3, 2))):
+        kw = _pa_kwargs(c, **over)
+        assert f(**kw) is None
+        torch.testing.assert_close(kw["output"].double(), ref, atol=2e-2, rtol=2e-2)
 
 
 def test_strict_mode_rejects_positional(fake_aiter):
@@ -300,7 +323,9 @@ def _mha_kwargs(c, **over):
 
 
 @pytest.mark.parametrize("window,sinks,cap", [(-1, False, 0.0), (3, True, 0.0), (-1, False, 5.0)])
-def test_prefill_linear_matches_reference(fake_aiter, window, sinks, cap):
+def test_prefill_linear_matches_reference(fake_aiter, window, sinks, cap, monkeypatch):
+    # per-head sink logits alone: a build with ROCm/aiter#4976 (aiter e4048607 has no such kernel)
+    monkeypatch.setattr(fake_aiter._fake, "PREFILL_SINK_PTR_KERNELS", sinks)
     c = _prefill_case()
     sink = torch.linspace(-0.5, 0.5, 8) if sinks else None
     out = fake_aiter.mha_batch_prefill_func(**_mha_kwargs(c, window_size=(window, -1), sink_ptr=sink,
@@ -374,7 +399,20 @@ def test_prefill_rejections(fake_aiter):
             **_mha_kwargs(c, q=q8, k=k8, v=v8, q_descale=one, k_descale=one, v_descale=one, return_lse=True))
     big = _prefill_case(d=512, hq=2, hkv=1)
     _expect(RuntimeError, "at most 256", f, **_mha_kwargs(big))
-    _expect(RuntimeError, "q must be", f, **_mha_kwargs(c, q=c["q"].flatten(1)))
+    _expect(ValueError, "K linear layout does not match Q head size", f, **_mha_kwargs(c, q=c["q"].flatten(1)))
+    # the real Python wrapper's checks: ValueError for layouts, AssertionError for sink_ptr
+    _expect(ValueError, "K/V linear layout must match page size and head count", f,
+            **_mha_kwargs(c, v=c["v"][..., :32].contiguous()))
+    _expect(ValueError, "head size divisible by vector size", f,
+            **_mha_kwargs(c, q=c["q"][..., :60].contiguous(), k=c["k"][..., :60].contiguous(),
+                          v=c["v"][..., :60].contiguous()))
+    _expect(ValueError, "contiguous last dimension", f,
+            **_mha_kwargs(c, k=torch.stack([c["k"], c["k"]], -1)[..., 0]))
+    _expect(ValueError, "5D vectorized, 4D linear, or 3D linear", f, **_mha_kwargs(c, k=c["k"].unsqueeze(1)))
+    _expect(AssertionError, "sink_ptr has incorrect shape", f, **_mha_kwargs(c, sink_ptr=torch.zeros(3)))
+    # per-head sink logits without sink tokens: no kernel at aiter e4048607
+    _expect(RuntimeError, "no matching kernel.*sink_ptr without sink_size", f,
+            **_mha_kwargs(c, sink_ptr=torch.zeros(8)))
     _expect(RuntimeError, "cu_seqlens_q must be int32", f, **_mha_kwargs(c, cu_seqlens_q=c["cu_q"].long()))
     _expect(RuntimeError, "out dtype", f, **_mha_kwargs(c, out=torch.empty(11, 8, 64)))
     _expect(TypeError, "unexpected keyword", f, **_mha_kwargs(c, not_a_param=1))

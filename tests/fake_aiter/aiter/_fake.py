@@ -42,6 +42,17 @@ NUM_CU = 304
 #: Page sizes with a compiled paged batch-prefill instance (CK, aiter HEAD).
 PREFILL_PAGE_SIZES = {1, 16, 1024}
 
+#: Does the batch-prefill JIT build a sink kernel for per-head sink logits
+#: (``sink_ptr``) without sink tokens (``sink_size``)? False, as at aiter
+#: e4048607: "no matching kernel". ROCm/aiter#4976 (2026-08-25) makes it True.
+PREFILL_SINK_PTR_KERNELS = False
+
+#: The GPU architecture pa_decode_gluon sees (it asserts gfx942 or gfx950).
+ARCH = "gfx942" if os.environ.get("FAKE_AITER_FP8") == "e4m3fnuz" else "gfx950"
+
+#: Is Triton's Gluon importable (pa_decode_gluon raises RuntimeError if not)?
+GLUON = True
+
 
 class SilentGarbage(AssertionError):
     """The real aiter would accept this call and return garbage."""

@@ -4,9 +4,12 @@ Signature as at aiter HEAD e4048607 (``sink_size`` since v0.1.15). Layouts:
 LINEAR 3D ``[tokens, Hkv, D]`` (page size 1), LINEAR 4D paged
 ``[pages, page, Hkv, D]`` and VECTORIZED 5D paged (K ``[pages, Hkv, D/x,
 page, x]``, V ``[pages, Hkv, page/x, D_v, x]``). Kernel availability follows the
-CK instance list: paged page sizes other than ``aiter._fake.PREFILL_PAGE_SIZES``
-and dtype/descale combinations without an instance raise ``RuntimeError``
-containing "no matching kernel", like the real C++ check.
+CK instance list: paged page sizes other than ``aiter._fake.PREFILL_PAGE_SIZES``,
+dtype/descale combinations without an instance, and (as at e4048607) per-head
+sink logits without sink tokens raise ``RuntimeError`` containing "no matching
+kernel", like the real C++ check. The real Python wrapper's checks come first,
+with its exception types (ValueError for layouts, AssertionError for
+``sink_ptr``); the C++ checks raise RuntimeError, as TORCH_CHECK does.
 """
 
 from __future__ import annotations
@@ -68,30 +71,57 @@ def mha_batch_prefill_func(
     sink_ptr=None,
     sink_size: int = 0,
 ):
+    from aiter import _fake
+
     fp8 = fp8_dtype()
+    # ---- the real Python wrapper's checks, in its order, with its exception types ----
+    if sink_ptr is not None:
+        check(sink_ptr.device == q.device, "sink_ptr must be on the same device as q")
+        check(sink_ptr.shape[0] == q.size(1), "sink_ptr has incorrect shape")
+    vec = 16 // k.element_size()
+    vectorized = k.dim() == 5 and v.dim() == 5
+    linear = (k.dim() == 4 and v.dim() == 4) or (k.dim() == 3 and v.dim() == 3)
+    if not (vectorized or linear):
+        raise ValueError("Batch prefill requires 5D vectorized, 4D linear, or 3D linear (page_size=1) K/V tensors")
+    d_q = q.size(-1)
+    d_v = v.size(-2) if vectorized else v.size(-1)
+    if d_q % vec or d_v % vec:
+        raise ValueError("Batch prefill requires head size divisible by vector size")
+    if vectorized:
+        if k.size(-3) * vec != d_q:
+            raise ValueError("K vectorized layout does not match Q head size")
+        if k.size(-2) % vec:
+            raise ValueError("Vectorized KV requires page size divisible by vector size")
+        if v.size(-1) != vec:
+            raise ValueError("Vectorized KV requires last dim equal to vector size")
+    else:
+        if k.size(-1) != d_q:
+            raise ValueError("K linear layout does not match Q head size")
+        if k.size(1) != v.size(1) or k.size(2) != v.size(2):
+            raise ValueError("K/V linear layout must match page size and head count")
+    if k.stride(-1) != 1 or v.stride(-1) != 1:
+        raise ValueError("Batch prefill requires K/V with contiguous last dimension")
+
+    # ---- the C++ side's checks (TORCH_CHECK: RuntimeError) ----
     check(q.dim() == 3, f"q must be [total_q, Hq, D], got {tuple(q.shape)}", RuntimeError)
     check(q.dtype == k.dtype == v.dtype, f"q, k, v must share a dtype: {q.dtype}, {k.dtype}, {v.dtype}", RuntimeError)
     check(q.dtype in (fp8, torch.bfloat16, torch.float16), f"unsupported dtype {q.dtype}", RuntimeError)
-    check(k.dim() == v.dim() and k.dim() in (3, 4, 5), f"k/v layout ranks {k.dim()}/{v.dim()} unsupported", RuntimeError)
 
     total_q, hq, d = q.shape
     mode = {3: "linear", 4: "paged4d", 5: "vectorized"}[k.dim()]
     if mode == "linear":
         page, hkv, dv, num_pages = 1, k.shape[1], v.shape[2], k.shape[0]
-        check(v.shape[:2] == k.shape[:2] and k.shape[2] == d, "linear k/v shape mismatch", RuntimeError)
+        check(v.shape[0] == k.shape[0], "linear k/v token counts differ", RuntimeError)
     elif mode == "paged4d":
         num_pages, page, hkv, dv = k.shape[0], k.shape[1], k.shape[2], v.shape[3]
-        check(k.shape[3] == d and v.shape[:3] == k.shape[:3], "paged 4D k/v shape mismatch", RuntimeError)
-        check(k.stride(-1) == 1 and v.stride(-1) == 1, "k/v last dim must be contiguous", RuntimeError)
+        check(v.shape[0] == k.shape[0], "paged 4D k/v page counts differ", RuntimeError)
     else:
         num_pages, hkv, _, page, x = k.shape
         dv = v.shape[3]
-        check(x == 16 // k.element_size(), f"5D vector width {x} != 16/itemsize", RuntimeError)
-        check(page % x == 0 and d % x == 0, f"page {page} and D {d} must be multiples of x={x}", RuntimeError)
         check(tuple(k.shape) == (num_pages, hkv, d // x, page, x), f"5D k shape {tuple(k.shape)}", RuntimeError)
         check(tuple(v.shape) == (num_pages, hkv, page // x, dv, x), f"5D v shape {tuple(v.shape)}", RuntimeError)
-        check(k.stride(4) == 1 and k.stride(3) == x and k.stride(2) == page * x, "5D k strides", RuntimeError)
-        check(v.stride(4) == 1 and v.stride(3) == x and v.stride(2) == dv * x, "5D v strides", RuntimeError)
+        check(k.stride(3) == x and k.stride(2) == page * x, "5D k strides", RuntimeError)
+        check(v.stride(3) == x and v.stride(2) == dv * x, "5D v strides", RuntimeError)
 
     check(d <= 256 and dv <= 256, f"head dimension at most 256 (D={d}, D_v={dv})", RuntimeError)
     check(hq % hkv == 0, f"Hq {hq} not a multiple of Hkv {hkv}", RuntimeError)
@@ -113,6 +143,13 @@ def mha_batch_prefill_func(
             _no_kernel("fp8 needs q_descale, k_descale and v_descale", page, num_pages, q.dtype)
         if return_lse or dropout_p > 0:
             _no_kernel("fp8 kernels have no LSE/dropout variants", page, num_pages, q.dtype)
+    # The JIT builds sink instances only for sink tokens under a mask
+    # (cmdGenFunc_mha_batch_prefill); the C++ side asks for one whenever
+    # sink_ptr is set (mha_fwd_batch_prefill.cu, aiter e4048607).
+    causal_eff = causal and not (int(max_seqlen_q) == 1 and alibi_slopes is None)
+    masked = causal_eff or tuple(window_size) != (-1, -1)
+    if sink_ptr is not None and not (int(sink_size) > 0 and masked) and not _fake.PREFILL_SINK_PTR_KERNELS:
+        _no_kernel("sink_ptr without sink_size: the JIT built no sink instance", page, num_pages, q.dtype)
     if k_descale is not None or v_descale is not None:
         check(q_descale is not None, "k/v descale without q_descale", RuntimeError)
     for n, s in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
@@ -142,8 +179,6 @@ def mha_batch_prefill_func(
             _int32_vec("kv_last_page_lens", kv_last_page_lens, bsz)
     check(int(cu_seqlens_q[-1]) == total_q, f"cu_seqlens_q[-1]={int(cu_seqlens_q[-1])} != total_q {total_q}", RuntimeError)
     check(isinstance(window_size, (tuple, list)) and len(window_size) == 2, "window_size must be (left, right)", RuntimeError)
-    if sink_ptr is not None:
-        check(sink_ptr.numel() == hq, f"sink_ptr must have Hq={hq} entries", RuntimeError)
 
     out_dtype = torch.bfloat16 if q.dtype == fp8 else q.dtype
     if out is not None:

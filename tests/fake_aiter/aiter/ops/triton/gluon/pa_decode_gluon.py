@@ -2,8 +2,12 @@
 
 Signatures as at aiter HEAD e4048607 (``pa_decode_gluon`` unchanged since
 8cd7c8b, tags >= v0.1.14). The result is computed with torch in float64 and
-written into ``output``. Checks mirror the real wrapper's asserts; where the
-real kernel would silently produce garbage the fake raises SilentGarbage.
+written into ``output``. The real wrapper's checks are repeated with its
+exception types (AssertionError, RuntimeError) and in its order, including the
+Gluon and architecture checks (``aiter._fake.GLUON``, ``aiter._fake.ARCH``).
+The fake checks more only where its float64 result needs it (shapes that
+index, the vector width, in-range block ids): there the real kernel would
+compute garbage, and the fake raises SilentGarbage instead.
 """
 
 from __future__ import annotations
@@ -72,79 +76,103 @@ def pa_decode_gluon(
     sliding_window: int = 0,
     ps: bool = True,
 ) -> None:
+    from aiter import _fake
+
     fp8 = fp8_dtype()
     kv_types = (fp8,) + _FLOATS
 
-    # ---- ranks (asserted by the real wrapper) ----
-    check(query.dim() == 3, f"query must be 3D [num_seqs*qlen, Hq, D], got {tuple(query.shape)}")
-    check(output.dim() == 3, f"output must be 3D, got {tuple(output.shape)}")
-    check(key_cache.dim() == 5, f"key_cache must be 5D [blocks, Hkv, D//x, block, x], got {tuple(key_cache.shape)}")
-    if value_cache.dim() not in (4, 5):
-        raise RuntimeError("Unsupported value cache shape")
-
-    # ---- query length / GQA ----
-    check(isinstance(query_length, int) and 1 <= query_length <= 4, f"query_length must be 1..4, got {query_length}")
-    total, hq, head = query.shape
-    nb, hkv, _, block, xk = key_cache.shape
-    check(hq % hkv == 0, f"num_q_heads {hq} not a multiple of num_kv_heads {hkv}")
+    # ---- what the real wrapper checks, in its order, with its exception types ----
+    if not _fake.GLUON:
+        raise RuntimeError(
+            "This version triton is not support gluon jit mode, please upgrade to 3.5.0 or higher!"
+        )
+    check(_fake.ARCH in ("gfx942", "gfx950"),
+          f"pa_decode_gluon only supports gfx942 (CDNA3) and gfx950 (CDNA4) now, but got {_fake.ARCH}")
+    check(query_length <= 4, f"query_length == {query_length} exceeds maximum of 4")
+    check(query.dtype in kv_types, f"query tensor only support dtype in {kv_types}, but got query.dtype == {query.dtype}")
+    check(key_cache.dtype in kv_types,
+          f"key_cache tensor only support dtype in {kv_types}, but got key_cache.dtype == {key_cache.dtype}")
+    check(value_cache.dtype in kv_types,
+          f"value_cache tensor only support dtype in {kv_types}, but got value_cache.dtype == {value_cache.dtype}")
+    check(output.dtype in _FLOATS, f"output tensor only support dtype in {_FLOATS}, but got output.dtype == {output.dtype}")
+    hq, head = query.shape[1], query.shape[-1]
+    hkv = key_cache.shape[1]
     group = hq // hkv
-    check(query_length * group <= 64, f"query_length * group = {query_length * group} > 64")
-    check(total % query_length == 0, "query rows not a multiple of query_length")
-    bsz = total // query_length
-
-    # ---- dtypes ----
-    check(query.dtype in kv_types, f"query dtype {query.dtype} not in fp8/bf16/fp16")
-    check(key_cache.dtype in kv_types, f"key_cache dtype {key_cache.dtype} not in {kv_types}")
-    check(value_cache.dtype in kv_types, f"value_cache dtype {value_cache.dtype} not in {kv_types}")
-    check(key_cache.dtype == value_cache.dtype, f"key/value cache dtypes differ: {key_cache.dtype} vs {value_cache.dtype}")
-    check(output.dtype in _FLOATS, f"output dtype {output.dtype} not bf16/fp16")
-    check(compute_type in (fp8,) + _FLOATS, f"compute_type {compute_type} not bf16/fp16/fp8")
-    out_dtype = torch.bfloat16 if compute_type == fp8 else compute_type
-    check(output.dtype == out_dtype, f"output dtype {output.dtype} != kernel output dtype {out_dtype}")
-    for n, s in (("query_scale", query_scale), ("key_scale", key_scale), ("value_scale", value_scale)):
-        _scale_ok(n, s)
-    check(tuple(output.shape) == (total, hq, head), f"output shape {tuple(output.shape)} != {(total, hq, head)}")
-
-    # ---- KV quant mode decides the vector width the kernel assumes ----
+    check(query_length * group <= 64, f"equivalent_query_group_size={query_length * group} exceeds maximum of 64")
+    check(output.dim() == 3, f"Expected 3D output tensor, but got shape {tuple(output.shape)}")
+    check(query.dim() == 3, f"Expected 3D query tensor, but got shape {tuple(query.shape)}")
+    check(key_cache.dim() == 5, f"Expected 5D key_cache tensor, but got shape {tuple(key_cache.shape)}")
+    if query_scale is not None:
+        check(isinstance(query_scale, torch.Tensor) and query_scale.dtype == torch.float32,
+              f"query_scale tensor only support dtype == torch.float32, but got query_scale.dtype == "
+              f"{getattr(query_scale, 'dtype', None)}")
+        if query_scale.numel() != 1:
+            check(query_scale.dim() == 3, f"Expected 3D query_scale tensor, but got shape {tuple(query_scale.shape)}")
+            check(query_scale.shape[-1] == 1, "Expected query_scale.shape[-1] == 1")
+    # The real wrapper reads the scales only for an fp8 cache with both given.
     kv_quant = key_cache.dtype == fp8 and key_scale is not None and value_scale is not None
-    x = 16 if kv_quant else 8
+    if kv_quant:
+        for n, s in (("key_scale", key_scale), ("value_scale", value_scale)):
+            check(isinstance(s, torch.Tensor) and s.dtype == torch.float32,
+                  f"{n} tensor only support dtype == torch.float32, but got {n}.dtype == {getattr(s, 'dtype', None)}")
+        if key_scale.numel() != 1:
+            check(key_scale.dim() == 4, f"Expected 4D key_scale tensor, but got shape {tuple(key_scale.shape)}")
+            check(key_scale.shape[-1] == 1, "Expected key_scale.shape[-1] == 1")
+        check(key_scale.shape == value_scale.shape,
+              f"Key and value scales must have same shape, but got key: {tuple(key_scale.shape)}, "
+              f"value: {tuple(value_scale.shape)}")
+    if value_cache.dim() not in (4, 5):
+        raise RuntimeError(f"Unsupported value cache shape: {tuple(value_cache.shape)}")
+
+    # ---- what the fake needs for its float64 result (the real one would
+    # compute garbage or index out of bounds here; SilentGarbage says so) ----
+    total = query.shape[0]
+    nb, _, _, block, xk = key_cache.shape
+    check(hq % hkv == 0, f"num_q_heads {hq} not a multiple of num_kv_heads {hkv}", SilentGarbage)
+    check(total % query_length == 0, "query rows not a multiple of query_length", SilentGarbage)
+    bsz = total // query_length
     if key_cache.dtype == fp8 and not kv_quant:
         raise SilentGarbage(
             "fp8 KV cache without key_scale AND value_scale: the kernel assumes x=8 "
             "and mis-indexes the cache"
         )
+    # One vector width (from the key cache) indexes both caches in the kernel.
+    x = 16 if kv_quant else 8
+    check(value_cache.element_size() == key_cache.element_size(),
+          f"key/value cache element sizes differ: {key_cache.dtype} vs {value_cache.dtype}", SilentGarbage)
     check(xk == x, f"key_cache last dim {xk} != the kernel's vector width {x}", SilentGarbage)
-    check(key_cache.shape[2] * x == head, f"key_cache D//x={key_cache.shape[2]} inconsistent with head_size {head}")
-    check(key_cache.stride(-1) == 1, "key_cache last dim must be contiguous")
+    check(key_cache.shape[2] * x == head, f"key_cache D//x={key_cache.shape[2]} inconsistent with head_size {head}",
+          SilentGarbage)
+    check(key_cache.stride(-1) == 1, "key_cache last dim must be contiguous", SilentGarbage)
     if value_cache.dim() == 5:
-        check(
-            tuple(value_cache.shape) == (nb, hkv, block // x, head, x),
-            f"value_cache 5D shape {tuple(value_cache.shape)} != {(nb, hkv, block // x, head, x)}",
-        )
-        check(value_cache.stride(-1) == 1 and value_cache.stride(-2) == x, "value_cache (D, x) tail must be contiguous")
+        check(tuple(value_cache.shape) == (nb, hkv, block // x, head, x),
+              f"value_cache 5D shape {tuple(value_cache.shape)} != {(nb, hkv, block // x, head, x)}", SilentGarbage)
+        check(value_cache.stride(-1) == 1 and value_cache.stride(-2) == x,
+              "value_cache (D, x) tail must be contiguous", SilentGarbage)
     else:
-        check(tuple(value_cache.shape) == (nb, hkv, head, block), f"value_cache 4D shape {tuple(value_cache.shape)}")
+        check(tuple(value_cache.shape) == (nb, hkv, head, block), f"value_cache 4D shape {tuple(value_cache.shape)}",
+              SilentGarbage)
+    check(tuple(output.shape) == (total, hq, head), f"output shape {tuple(output.shape)} != {(total, hq, head)}",
+          SilentGarbage)
     if kv_quant:
         for n, s in (("key_scale", key_scale), ("value_scale", value_scale)):
-            check(
-                s.numel() == 1 or tuple(s.shape) == (nb, hkv, block, 1),
-                f"{n} must be per-tensor [1] or [blocks, Hkv, block, 1], got {tuple(s.shape)}",
-            )
-        check(key_scale.shape == value_scale.shape, "key_scale.shape != value_scale.shape")
+            check(s.numel() == 1 or tuple(s.shape) == (nb, hkv, block, 1),
+                  f"{n} must be [1] or [blocks, Hkv, block, 1], got {tuple(s.shape)}", SilentGarbage)
     if query_scale is not None:
-        check(
-            query_scale.numel() == 1 or tuple(query_scale.shape) == (total, hq, 1),
-            f"query_scale must be [1] or [{total}, {hq}, 1], got {tuple(query_scale.shape)}",
-        )
+        check(query_scale.numel() == 1 or tuple(query_scale.shape) == (total, hq, 1),
+              f"query_scale must be [1] or [{total}, {hq}, 1], got {tuple(query_scale.shape)}", SilentGarbage)
 
-    # ---- metadata ----
-    check(context_lengths.dim() == 1 and context_lengths.shape[0] == bsz, f"context_lengths must be [{bsz}]")
-    check(not context_lengths.dtype.is_floating_point, "context_lengths must be integer")
-    check(block_tables.dim() == 2 and block_tables.shape[0] == bsz, f"block_tables must be [{bsz}, max_blocks]")
-    check(block_tables.dtype == torch.int32, f"block_tables must be int32, got {block_tables.dtype}")
-    check(block_tables.stride(-1) == 1, "block_tables last dim must be contiguous")
-    check(isinstance(max_context_partition_num, int) and max_context_partition_num >= 1, "max_context_partition_num must be an int >= 1")
-    check(context_partition_size in (128, 256), f"context_partition_size {context_partition_size} unsupported")
+    # ---- metadata (the real wrapper checks none of it; out-of-range reads are garbage) ----
+    check(context_lengths.dim() == 1 and context_lengths.shape[0] == bsz, f"context_lengths must be [{bsz}]",
+          SilentGarbage)
+    check(not context_lengths.dtype.is_floating_point, "context_lengths must be integer", SilentGarbage)
+    check(block_tables.dim() == 2 and block_tables.shape[0] == bsz, f"block_tables must be [{bsz}, max_blocks]",
+          SilentGarbage)
+    check(not block_tables.dtype.is_floating_point, f"block_tables must be integer, got {block_tables.dtype}",
+          SilentGarbage)
+    check(block_tables.stride(-1) == 1, "block_tables last dim must be contiguous", SilentGarbage)
+    check(isinstance(max_context_partition_num, int) and max_context_partition_num >= 1,
+          "max_context_partition_num must be an int >= 1", SilentGarbage)
     ctx = [int(c) for c in context_lengths.tolist()]
     for b, c in enumerate(ctx):
         nblk = -(-c // block)
@@ -156,23 +184,24 @@ def pa_decode_gluon(
         check(max_context_partition_num >= need, "ps=False with too few partitions drops the tail", SilentGarbage)
     p = max_context_partition_num
     if exp_sums is not None:
-        check(exp_sums.dtype == torch.float32 and tuple(exp_sums.shape) == (bsz, hkv, p, query_length * group), "exp_sums shape/dtype")
+        check(exp_sums.dtype == torch.float32 and tuple(exp_sums.shape) == (bsz, hkv, p, query_length * group),
+              "exp_sums shape/dtype", SilentGarbage)
     if max_logits is not None:
-        check(max_logits.dtype == torch.float32 and tuple(max_logits.shape) == (bsz, hkv, p, query_length * group), "max_logits shape/dtype")
+        check(max_logits.dtype == torch.float32 and tuple(max_logits.shape) == (bsz, hkv, p, query_length * group),
+              "max_logits shape/dtype", SilentGarbage)
     if temporary_output is not None:
-        check(
-            tuple(temporary_output.shape) == (bsz, hkv, p, query_length * group, head),
-            f"temporary_output shape {tuple(temporary_output.shape)}",
-        )
+        check(tuple(temporary_output.shape) == (bsz, hkv, p, query_length * group, head),
+              f"temporary_output shape {tuple(temporary_output.shape)}", SilentGarbage)
     if sinks is not None:
-        check(sinks.numel() == hq, f"sinks must have {hq} entries")
+        check(sinks.numel() == hq, f"sinks must have {hq} entries", SilentGarbage)
 
     # ---- float64 reference ----
     q = query.to(torch.float64)
-    if query.dtype == fp8 and query_scale is not None:
-        q = q * query_scale.to(torch.float64).reshape(-1, 1, 1) if query_scale.numel() == 1 else q * query_scale.to(torch.float64)
-    elif compute_type == fp8 and query.dtype != fp8:
+    if compute_type == fp8 and query.dtype != fp8:
         q = query.to(fp8).to(torch.float64)  # the kernel's unscaled cast
+    if query_scale is not None:  # any given query_scale enters qk_scale (QUERY_QUANT_MODE >= 0)
+        qs = query_scale.to(torch.float64)
+        q = q * (qs.reshape(()) if qs.numel() == 1 else qs)
     sink = sinks.to(torch.float64).reshape(hq) if sinks is not None else None
     win = int(sliding_window) if sliding_window is not None else 0
     res = torch.empty(total, hq, head, dtype=torch.float64)
