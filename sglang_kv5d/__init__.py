@@ -13,19 +13,15 @@ kernels/ (Triton kernels + float64 references), rules.py (launch rules),
 cli/ (the ``sglang-kv5d`` command).
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Optional, Sequence
-
+# No ``typing`` / ``__future__`` imports here: the .pth bootstrap imports this
+# package in every Python process where SGLANG_KV5D is set, and must load
+# nothing the interpreter has not loaded already (annotations are strings).
 from ._version import __version__
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .state import Status
 
 __all__ = ["activate", "deactivate", "status", "__version__"]
 
 
-def activate(patches: Optional[Sequence[str]] = None, strict: Optional[bool] = None) -> "Status":
+def activate(patches: "Optional[Sequence[str]]" = None, strict: "Optional[bool]" = None) -> "Status":
     """Apply the overlay in this process (idempotent) and return its :class:`Status`.
 
     Patches whose SGLang modules are not imported yet apply when they are.

@@ -1,22 +1,48 @@
-"""Env-gated start-up bootstrap, run by ``sglang_kv5d.pth`` when SGLANG_KV5D=1.
+"""Start-up bootstrap, run by ``sglang_kv5d.pth`` unless SGLANG_KV5D is unset or off.
 
-Standard library only, and cheap: it installs a tiny ``sys.meta_path`` finder
-that waits for the first ``import sglang`` (or ``sglang.*``) and only then
-activates the overlay (which imports wrapt and registers post-import hooks on
-the exact SGLang submodules). Processes that never import SGLang pay for one
-finder lookup per import and nothing else. It never imports torch,
-multiprocessing or SGLang, and never raises into interpreter start-up.
+Cheap by construction: this module and the package ``__init__`` import only
+modules every interpreter has already loaded when ``site`` processes ``.pth``
+files (``sys``, ``os``), so an unrelated program pays for two small module
+loads and one ``sys.meta_path`` lookup per import. The finder waits for the
+first ``import sglang`` (or ``sglang.*``) and only then reads the gate through
+the switch registry (sglang_kv5d.config): a true value activates the overlay
+(which imports wrapt and registers post-import hooks on the exact SGLang
+submodules); an invalid one prints one warning naming the variable and saying
+that the overlay stays off. It never imports torch, multiprocessing or SGLang
+itself, and never raises into interpreter start-up or the user's import.
 """
 
-from __future__ import annotations
-
 import sys
+
+
+def _say(text):
+    try:
+        sys.stderr.write(text + "\n")
+    except Exception:
+        pass
+
+
+def _activate_or_warn(where):
+    from sglang_kv5d import config
+
+    on, problem = config.gate_value()
+    if problem is not None:
+        msg = "sglang-kv5d: warning: " + problem.activation_warning()
+        if config.wants_5d():
+            msg += (f"; {config.LAYOUT}=vectorized_5d is requested, so SGLang's own 5D code runs unpatched "
+                    "in this process")
+        _say(msg)
+        return
+    if on:
+        from sglang_kv5d.activation import activate
+
+        activate(route="pth")
 
 
 class _ActivateOnSGLangImport:
     """Meta-path finder that triggers activation on the first SGLang import."""
 
-    def __init__(self) -> None:
+    def __init__(self):
         self.fired = False
 
     def find_spec(self, fullname, path=None, target=None):
@@ -28,37 +54,23 @@ class _ActivateOnSGLangImport:
         except ValueError:
             pass
         try:
-            from sglang_kv5d.activation import activate
-
-            activate(route="pth")
+            _activate_or_warn(fullname)
         except Exception as exc:  # never break the user's import
-            try:
-                sys.stderr.write(f"sglang-kv5d: activation at import of {fullname} failed: {exc!r}\n")
-            except Exception:
-                pass
+            _say(f"sglang-kv5d: activation at import of {fullname} failed: {exc!r}")
         return None  # let the normal finders import the module
 
     def find_module(self, fullname, path=None):  # pragma: no cover - legacy protocol
         return None
 
 
-def run() -> None:
+def run():
     """Called from the .pth line. Must never raise."""
     try:
-        from sglang_kv5d import config
-
-        if not config.gate_on():
-            return
         if any(isinstance(f, _ActivateOnSGLangImport) for f in sys.meta_path):
             return
         if "sglang" in sys.modules:
-            from sglang_kv5d.activation import activate
-
-            activate(route="pth")
+            _activate_or_warn("sglang")
             return
         sys.meta_path.insert(0, _ActivateOnSGLangImport())
     except Exception as exc:
-        try:
-            sys.stderr.write(f"sglang-kv5d: bootstrap skipped: {exc!r}\n")
-        except Exception:
-            pass
+        _say(f"sglang-kv5d: bootstrap skipped: {exc!r}")

@@ -1,95 +1,381 @@
-"""The ``SGLANG_KV5D*`` environment switches. Standard library only.
+"""The one registry of environment switches: sglang-kv5d's own ``SGLANG_KV5D*``
+variables and the SGLang variables the launch rules read.
 
-    SGLANG_KV5D                 gate: 1/true/yes/on turns the overlay on in every
-                                process that inherits it; anything else: off
-    SGLANG_KV5D_PATCHES         comma-separated allow list of patch names
-                                (unset or empty: all patches)
-    SGLANG_KV5D_STRICT          default on; 0/false/no/off: a 5D-required patch
-                                that cannot apply only warns instead of failing
-    SGLANG_KV5D_ALLOW_UNTESTED  1: patch an SGLang newer than the tested range
-    SGLANG_KV5D_STATUS_DIR      each process writes <dir>/<pid>.json with its status
-    SGLANG_KV5D_ATTN_IMPL       auto | aiter | triton (5D attention implementation)
+Every entry point reads them through :data:`SWITCHES` (the ``.pth`` gate's
+finder, ``activate()``, ``doctor``, ``check`` / ``launch``, ``selftest``):
 
-SGLang's own switch that decides whether 5D is requested at all:
+* :func:`read` returns ``(value, problem)``: the parsed value, or the value
+  assumed for an invalid setting together with a :class:`Problem` naming the
+  variable, what was assumed, the rule id and the fix;
+* :func:`problems` lists every invalid setting in an environment (``check``
+  and ``doctor`` report them as errors, activation as warnings);
+* :func:`render_markdown_table` is the README's switch table (a test keeps the
+  README in sync).
 
-    SGLANG_AITER_KV_CACHE_LAYOUT   nhd (default) | vectorized_5d (case-insensitive)
+Adding a switch is one :class:`Switch` entry in :data:`SWITCHES` plus the code
+that uses it. Standard library only; SGLang and torch are never imported.
+Booleans of ours are parsed by :func:`parse_bool` and nothing else; SGLang's
+own variables are parsed the way SGLang parses them.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Mapping, Optional, Tuple
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 GATE = "SGLANG_KV5D"
 PATCHES = "SGLANG_KV5D_PATCHES"
 STRICT = "SGLANG_KV5D_STRICT"
 ALLOW_UNTESTED = "SGLANG_KV5D_ALLOW_UNTESTED"
 STATUS_DIR = "SGLANG_KV5D_STATUS_DIR"
+STATUS_READABLE = "SGLANG_KV5D_STATUS_READABLE"
 ATTN_IMPL = "SGLANG_KV5D_ATTN_IMPL"
 LAYOUT = "SGLANG_AITER_KV_CACHE_LAYOUT"
+USE_AITER = "SGLANG_USE_AITER"
+HND = "SGLANG_USE_HND_KVCACHE"
+PLUGINS = "SGLANG_PLUGINS"
 
-ALL_SWITCHES = (GATE, PATCHES, STRICT, ALLOW_UNTESTED, STATUS_DIR, ATTN_IMPL)
+OURS = "sglang-kv5d"
+SGLANG = "SGLang"
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
+# The rule that reports an invalid value of one of our switches.
+SWITCH_RULE = "KV5D013"
+
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+_BOOL_SPELLINGS = "1/true/yes/on or 0/false/no/off (any case)"
+ATTN_IMPLS = ("auto", "aiter", "triton")
+LAYOUTS = ("nhd", "vectorized_5d")
+_PATCH_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
 def _env(environ: Optional[Mapping[str, str]]) -> Mapping[str, str]:
     return os.environ if environ is None else environ
 
 
-def parse_bool(value: Optional[str], default: bool) -> bool:
-    """'1/true/yes/on' -> True, '0/false/no/off' -> False, unset/empty -> default.
+# --------------------------------------------------------------------------
+# Parsers: one per kind of value. Each takes the raw string (never None) and
+# returns the parsed value or raises ValueError with a message that starts
+# with what is wrong.
 
-    Anything else raises ValueError naming the accepted spellings.
+
+def parse_bool(value: Optional[str], default: bool = False) -> bool:
+    """The one boolean parser for sglang-kv5d's switches.
+
+    '1/true/yes/on' -> True, '0/false/no/off' -> False (any case, surrounding
+    spaces ignored), unset or empty -> ``default``. Anything else raises
+    ValueError naming the accepted spellings.
     """
     if value is None or value.strip() == "":
         return default
     v = value.strip().lower()
-    if v in _TRUE:
+    if v in TRUE_WORDS:
         return True
-    if v in _FALSE:
+    if v in FALSE_WORDS:
         return False
-    raise ValueError(f"{value!r} is not a boolean; use 1/true/yes/on or 0/false/no/off")
+    raise ValueError(f"{value!r} is not a boolean; use {_BOOL_SPELLINGS}")
 
 
-def gate_on(environ: Optional[Mapping[str, str]] = None) -> bool:
-    """Is the overlay switched on? Never raises: a malformed gate counts as off."""
-    v = _env(environ).get(GATE, "")
-    return v.strip().lower() in _TRUE
+def sglang_env_bool(value: Optional[str]) -> bool:
+    """SGLang's ``EnvBool`` parse: true/1/yes/y (any case) is true; anything else false."""
+    return value is not None and value.lower() in ("true", "1", "yes", "y")
 
 
-def selected_patches(environ: Optional[Mapping[str, str]] = None) -> Optional[Tuple[str, ...]]:
-    """Names from SGLANG_KV5D_PATCHES, or None when every patch is selected."""
-    raw = _env(environ).get(PATCHES, "")
+def _parse_choice(choices: Tuple[str, ...], default: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        v = raw.strip().lower()
+        if v == "":
+            return default
+        if v not in choices:
+            raise ValueError(f"{raw!r} is not one of {', '.join(choices)}")
+        return v
+
+    return parse
+
+
+def _parse_patch_names(raw: str) -> Optional[Tuple[str, ...]]:
     names = tuple(n.strip() for n in raw.split(",") if n.strip())
+    bad = [n for n in names if not _PATCH_NAME_RE.match(n)]
+    if bad:
+        raise ValueError(f"{', '.join(repr(b) for b in bad)} is not a patch name (lower-case letters, digits, '-')")
     return names or None
 
 
+def _parse_abs_path(raw: str) -> Optional[str]:
+    v = raw.strip()
+    if not v:
+        return None
+    if not os.path.isabs(v):
+        raise ValueError(f"{raw!r} is not an absolute path (each SGLang process has its own working directory)")
+    return v
+
+
+def _parse_layout(raw: str) -> str:
+    # SGLang: ``envs.SGLANG_AITER_KV_CACHE_LAYOUT.get().lower()``, no trimming; anything
+    # but the two layouts raises ValueError when the KV pool is built.
+    v = raw.lower()
+    if v not in LAYOUTS:
+        raise ValueError(f"{raw!r} is not a layout SGLang knows ({' or '.join(LAYOUTS)}, any case, no spaces)")
+    return v
+
+
+# --------------------------------------------------------------------------
+# The registry
+
+
+@dataclass(frozen=True)
+class Switch:
+    name: str
+    owner: str  # OURS | SGLANG (who reads it)
+    values: str  # accepted values, as the README shows them
+    default: Any  # the parsed value when unset (or empty, for ours)
+    default_text: str  # the default as the README shows it
+    meaning: str  # one line
+    parse: Callable[[str], Any]  # raw (set) value -> parsed value, ValueError when invalid
+    rule: str  # the rule that reports an invalid value (check / doctor)
+    assumed: str = ""  # what activation assumes for an invalid value
+    fix: str = ""  # how to fix an invalid value
+
+    def read(self, environ: Optional[Mapping[str, str]] = None) -> Tuple[Any, Optional["Problem"]]:
+        raw = _env(environ).get(self.name)
+        if raw is None:
+            return self.default, None
+        try:
+            return self.parse(raw), None
+        except ValueError as exc:
+            return self.default, Problem(self, raw, str(exc))
+
+
+@dataclass(frozen=True)
+class Problem:
+    switch: Switch
+    value: str
+    why: str
+
+    @property
+    def name(self) -> str:
+        return self.switch.name
+
+    @property
+    def rule(self) -> str:
+        return self.switch.rule
+
+    @property
+    def fix(self) -> str:
+        return self.switch.fix
+
+    def message(self) -> str:
+        return f"{self.name}={self.value!r}: {self.why}"
+
+    def activation_warning(self) -> str:
+        return f"{self.message()}; assuming {self.switch.assumed} ({self.rule}; fix: {self.fix})"
+
+
+def _bool_switch(name: str, default: bool, meaning: str, fix: str) -> Switch:
+    return Switch(
+        name, OURS, "`1`/`true`/`yes`/`on`, `0`/`false`/`no`/`off`", default, "on" if default else "off", meaning,
+        lambda raw, _d=default: parse_bool(raw, _d), SWITCH_RULE, assumed="on" if default else "off", fix=fix,
+    )
+
+
+SWITCHES: Dict[str, Switch] = {
+    s.name: s
+    for s in (
+        _bool_switch(
+            GATE, False,
+            "turns the overlay on in every Python process that inherits it; off, the package has no effect on "
+            "any Python program (it imports neither SGLang nor torch)",
+            f"export {GATE}=1 to turn the overlay on, or {GATE}=0 (or unset it) for plain SGLang",
+        ),
+        Switch(
+            PATCHES, OURS, "comma-separated patch names", None, "all patches",
+            "allow list of the patches to apply (`sglang-kv5d patches` lists them)",
+            _parse_patch_names, SWITCH_RULE, assumed="every patch",
+            fix=f"list patch names from `sglang-kv5d patches`, comma-separated, or unset {PATCHES}",
+        ),
+        _bool_switch(
+            STRICT, True,
+            "when 5D is requested and a patch 5D needs did not apply, building the first KV pool or AITER "
+            "backend raises `Kv5dNotReadyError`; off, it only warns",
+            f"export {STRICT}=1 (fail closed) or {STRICT}=0 (warn only), or unset it",
+        ),
+        _bool_switch(
+            ALLOW_UNTESTED, False, "patches an SGLang newer than the newest tested release",
+            f"export {ALLOW_UNTESTED}=1 to patch an untested SGLang, or unset it",
+        ),
+        Switch(
+            STATUS_DIR, OURS, "an absolute directory path", None, "no status files",
+            "each process writes its status to `<dir>/<pid>.json` (mode 0600; a world-writable directory "
+            "without the sticky bit, or one owned by another user, is refused)",
+            _parse_abs_path, SWITCH_RULE, assumed="no status files",
+            fix=f"export {STATUS_DIR}=/an/absolute/directory you own, or unset it",
+        ),
+        _bool_switch(
+            STATUS_READABLE, False, "status files are written 0644 instead of 0600 (only in a directory you own)",
+            f"export {STATUS_READABLE}=1 for 0644 status files, or unset it",
+        ),
+        Switch(
+            ATTN_IMPL, OURS, "`auto`, `aiter`, `triton`", "auto", "auto",
+            "5D attention implementation: aiter when importable and it has a kernel, else the portable Triton "
+            "kernels (`auto`); or always one of them",
+            _parse_choice(ATTN_IMPLS, "auto"), SWITCH_RULE, assumed="auto",
+            fix=f"export {ATTN_IMPL}=auto (or aiter / triton), or unset it",
+        ),
+        Switch(
+            LAYOUT, SGLANG, "`nhd`, `vectorized_5d` (any case, no spaces)", "nhd", "nhd",
+            "`vectorized_5d` requests AITER's SHUFFLE 5D KV cache (SGLang raises at KV-pool build time for "
+            "any other value)",
+            _parse_layout, "KV5D001", assumed="nhd",
+            fix=f"export {LAYOUT}=vectorized_5d for the SHUFFLE 5D layout, or nhd (or unset it) for the default",
+        ),
+        Switch(
+            USE_AITER, SGLANG, "`1`/`true` (other values read as false by part of SGLang)", False, "off",
+            "AITER kernels on ROCm; read once at import; 5D needs it (KV5D002)",
+            sglang_env_bool, "KV5D002",
+        ),
+        Switch(
+            HND, SGLANG, "`true`/`1`/`yes`/`y` is true", False, "off",
+            "HND KV layout; silently wins over `vectorized_5d` (KV5D007)",
+            sglang_env_bool, "KV5D007",
+        ),
+        Switch(
+            PLUGINS, SGLANG, "comma-separated plugin names", None, "all plugins",
+            "SGLang's plugin allow list; without `kv5d` the `.pth` route still activates the overlay "
+            "(`doctor` says so)",
+            lambda raw: tuple(x.strip() for x in raw.split(",") if x.strip()) or None, "",
+        ),
+    )
+}
+
+OWN_SWITCHES = tuple(n for n, s in SWITCHES.items() if s.owner == OURS)
+# Kept for callers that list our variables.
+ALL_SWITCHES = OWN_SWITCHES
+
+
+def read(name: str, environ: Optional[Mapping[str, str]] = None) -> Tuple[Any, Optional[Problem]]:
+    """(parsed value, None), or (the assumed default, the :class:`Problem`) for an invalid value."""
+    return SWITCHES[name].read(environ)
+
+
+def value(name: str, environ: Optional[Mapping[str, str]] = None) -> Any:
+    """The parsed value, or the assumed default when the value is invalid. Never raises."""
+    return read(name, environ)[0]
+
+
+def problems(
+    environ: Optional[Mapping[str, str]] = None,
+    *,
+    owners: Iterable[str] = (OURS, SGLANG),
+    known_patches: Optional[Iterable[str]] = None,
+) -> List[Problem]:
+    """Every invalid switch value in ``environ`` (registry order).
+
+    ``known_patches``: when given, names in SGLANG_KV5D_PATCHES outside it are a problem too.
+    """
+    wanted = set(owners)
+    out: List[Problem] = []
+    env = _env(environ)
+    for sw in SWITCHES.values():
+        if sw.owner not in wanted or not sw.rule:
+            continue
+        parsed, problem = sw.read(env)
+        if problem is not None:
+            out.append(problem)
+        elif sw.name == PATCHES and parsed and known_patches is not None:
+            known = sorted(set(known_patches))
+            unknown = [n for n in parsed if n not in known]
+            if unknown:
+                out.append(Problem(sw, env[PATCHES], f"unknown patch name(s) {', '.join(unknown)}; known: {', '.join(known)}"))
+    return out
+
+
+def unknown_own_names(environ: Optional[Mapping[str, str]] = None) -> List[Tuple[str, Optional[str]]]:
+    """``SGLANG_KV5D_*`` names set in ``environ`` that are not switches, with the closest known name."""
+    import difflib
+
+    out = []
+    for name in sorted(_env(environ)):
+        if (name == GATE or name.startswith(GATE + "_")) and name not in SWITCHES:
+            close = difflib.get_close_matches(name, OWN_SWITCHES, n=1, cutoff=0.8)
+            out.append((name, close[0] if close else None))
+    return out
+
+
+# --------------------------------------------------------------------------
+# Accessors used across the package (each one registry read)
+
+
+def gate_value(environ: Optional[Mapping[str, str]] = None) -> Tuple[bool, Optional[Problem]]:
+    return read(GATE, environ)
+
+
+def gate_on(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Is the overlay switched on? Never raises: an invalid gate counts as off (and is reported)."""
+    return bool(value(GATE, environ))
+
+
+def selected_patches(environ: Optional[Mapping[str, str]] = None) -> Optional[Tuple[str, ...]]:
+    """Names from SGLANG_KV5D_PATCHES, or None when every patch is selected (or the value is invalid)."""
+    return value(PATCHES, environ)
+
+
 def strict(environ: Optional[Mapping[str, str]] = None) -> bool:
-    """SGLANG_KV5D_STRICT, default on. A malformed value keeps strict mode on."""
-    try:
-        return parse_bool(_env(environ).get(STRICT), True)
-    except ValueError:
-        return True
+    """SGLANG_KV5D_STRICT, default on. An invalid value keeps strict mode on."""
+    return bool(value(STRICT, environ))
 
 
 def allow_untested(environ: Optional[Mapping[str, str]] = None) -> bool:
-    try:
-        return parse_bool(_env(environ).get(ALLOW_UNTESTED), False)
-    except ValueError:
-        return False
+    return bool(value(ALLOW_UNTESTED, environ))
 
 
 def status_dir(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
-    v = _env(environ).get(STATUS_DIR, "").strip()
-    return v or None
+    return value(STATUS_DIR, environ)
+
+
+def status_readable(environ: Optional[Mapping[str, str]] = None) -> bool:
+    return bool(value(STATUS_READABLE, environ))
+
+
+def attn_impl(environ: Optional[Mapping[str, str]] = None) -> str:
+    """SGLANG_KV5D_ATTN_IMPL normalised (auto | aiter | triton); ``auto`` for an invalid value."""
+    return value(ATTN_IMPL, environ)
 
 
 def requested_layout(environ: Optional[Mapping[str, str]] = None) -> str:
     """SGLANG_AITER_KV_CACHE_LAYOUT as SGLang reads it (lower-cased, default nhd)."""
-    return _env(environ).get(LAYOUT, "nhd").strip().lower() or "nhd"
+    raw = _env(environ).get(LAYOUT)
+    return "nhd" if raw is None else raw.lower()
 
 
 def wants_5d(environ: Optional[Mapping[str, str]] = None) -> bool:
     return requested_layout(environ) == "vectorized_5d"
+
+
+def activation_warnings(environ: Optional[Mapping[str, str]] = None) -> List[str]:
+    """One warning per invalid sglang-kv5d switch, naming it and what is assumed."""
+    return [p.activation_warning() for p in problems(environ, owners=(OURS,))]
+
+
+# --------------------------------------------------------------------------
+# Documentation
+
+README_BEGIN = "<!-- switches table: generated by `python -m sglang_kv5d.config --markdown`; a test keeps it in sync -->"
+README_END = "<!-- end of switches table -->"
+
+
+def render_markdown_table() -> str:
+    rows = ["| variable | read by | values | default | effect |", "|---|---|---|---|---|"]
+    for sw in SWITCHES.values():
+        rows.append(f"| `{sw.name}` | {sw.owner} | {sw.values} | {sw.default_text} | {sw.meaning} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    if sys.argv[1:] not in ([], ["--markdown"]):
+        sys.stderr.write("usage: python -m sglang_kv5d.config [--markdown]\n")
+        sys.exit(2)
+    sys.stdout.write(render_markdown_table())

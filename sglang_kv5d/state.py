@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
@@ -97,15 +98,126 @@ class Status:
 
     __str__ = table
 
-    def write(self, directory: str) -> str:
-        """Write ``<directory>/<pid>.json`` atomically; returns the path."""
-        os.makedirs(directory, exist_ok=True)
+    def write(self, directory: str, *, readable: bool = False) -> str:
+        """Write ``<directory>/<pid>.json`` atomically and safely; returns the path.
+
+        See :func:`write_json_file`. Raises :class:`UnsafeStatusDir` (an
+        OSError) for a directory others could plant files in.
+        """
         path = os.path.join(directory, f"{self.pid}.json")
-        tmp = f"{path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(self.to_json())
-        os.replace(tmp, path)
+        write_json_file(path, self.to_json(), readable=readable)
         return path
+
+
+class UnsafeStatusDir(OSError):
+    """The status directory is writable by others: nothing is written there."""
+
+
+def status_dir_problem(directory: str) -> Optional[str]:
+    """Why ``directory`` (after following symlinks) is not safe for status files, or None.
+
+    Refused: a directory that others may write without the sticky bit (so they
+    could rename or replace our files), or one owned by a user other than us
+    and root. Not a directory at all is reported too.
+    """
+    try:
+        st = os.stat(directory)
+    except OSError as exc:
+        return f"cannot stat {directory}: {exc.strerror or exc}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{directory} is not a directory"
+    if st.st_mode & (stat.S_IWOTH | stat.S_IWGRP) and not st.st_mode & stat.S_ISVTX:
+        who = "world" if st.st_mode & stat.S_IWOTH else "group"
+        return (f"{directory} is {who}-writable without the sticky bit (mode {stat.S_IMODE(st.st_mode):04o}): "
+                "other users could replace the status files")
+    uid = os.geteuid()
+    if st.st_uid not in (uid, 0):
+        return f"{directory} is owned by uid {st.st_uid}, not by this user (uid {uid}) or root"
+    return None
+
+
+def write_json_file(path: str, text: str, *, readable: bool = False) -> None:
+    """Create ``path`` with ``text`` without following or trusting anything planted there.
+
+    * a missing directory is created 0700 (parents too);
+    * the directory must pass :func:`status_dir_problem`, else UnsafeStatusDir;
+    * the data goes to a new file with a random name created with
+      ``O_CREAT|O_EXCL|O_NOFOLLOW`` (never an existing file or a symlink's
+      target), mode 0600, or 0644 with ``readable`` when the directory is ours;
+    * it is fsynced and renamed onto ``path`` with ``os.replace``, which
+      replaces a symlink at ``path`` itself rather than its target.
+    """
+    directory = os.path.dirname(path) or "."
+    _makedirs_private(directory)
+    problem = status_dir_problem(directory)
+    if problem is not None:
+        raise UnsafeStatusDir(problem)
+    mode = 0o600
+    if readable and os.stat(directory).st_uid == os.geteuid():
+        mode = 0o644
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    base = os.path.basename(path)
+    for _ in range(16):
+        tmp = os.path.join(directory, f".{base}.{os.urandom(6).hex()}.tmp")
+        try:
+            fd = os.open(tmp, flags, mode)
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover - 16 collisions of 48 random bits
+        raise FileExistsError(f"cannot create a temporary file in {directory}")
+    try:
+        os.fchmod(fd, mode)  # the umask must not widen or narrow it
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _makedirs_private(directory: str) -> None:
+    """mkdir -p with mode 0700 for every directory created (os.makedirs gives
+    intermediate directories the umask's default, 0777 under umask 000)."""
+    if os.path.isdir(directory):
+        return
+    parent = os.path.dirname(os.path.abspath(directory))
+    if parent and parent != directory:
+        _makedirs_private(parent)
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+
+
+_WARNED_DIRS: set = set()
+
+
+def write_status_file(status: "Status", directory: str, log) -> Optional[str]:
+    """Write the status file; problems are logged through ``log`` (a logger), an
+    unsafe directory once per process and directory. Returns the path or None."""
+    try:
+        return status.write(directory, readable=_readable())
+    except UnsafeStatusDir as exc:
+        key = (os.getpid(), directory)
+        if key not in _WARNED_DIRS:
+            _WARNED_DIRS.add(key)
+            log.warning("sglang-kv5d: not writing status files to %s: %s (use a directory only you can write, "
+                        "e.g. mkdir -m 700)", directory, exc)
+    except OSError as exc:
+        log.warning("sglang-kv5d: cannot write status to %s: %s", directory, exc)
+    return None
+
+
+def _readable() -> bool:
+    from .config import status_readable
+
+    return status_readable()
 
 
 def process_role() -> str:

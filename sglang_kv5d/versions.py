@@ -1,8 +1,10 @@
 """SGLang version verdict: supported, best effort, refused or untested.
 
 Standard library only (the bootstrap uses it before anything else is
-imported). The installed version is read from the distribution metadata, never
-by importing SGLang.
+imported). The installed version is the ``sglang`` package's own (``_version.py`` /
+``version.py``, read as text, or ``sglang.__version__`` once imported), falling
+back to the distribution metadata; a disagreement between the two is reported
+by :func:`stand_in_problem` (``doctor`` warns). SGLang is never imported here.
 
 Policy (see ../DESIGN and the README):
 
@@ -18,7 +20,9 @@ never by comparing version strings.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from typing import NamedTuple, Optional, Tuple
 
 SUPPORTED_RANGE = ("0.5.16", "0.5.23")
@@ -86,13 +90,107 @@ def parse_version(text: str) -> Version:
     return Version(release, phase, text.strip())
 
 
-def installed_sglang_version() -> Optional[str]:
-    """The installed SGLang's version from its distribution metadata, or None."""
+_OWN_VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""", re.MULTILINE)
+
+
+def sglang_package_dir() -> Optional[str]:
+    """The directory of the ``sglang`` package this interpreter imports (or has imported).
+
+    Found with the standard path finder, so nothing is imported and no import
+    hook (the overlay's own included) runs.
+    """
+    mod = sys.modules.get("sglang")
+    paths = list(getattr(mod, "__path__", None) or ()) if mod is not None else []
+    if not paths:
+        from importlib.machinery import PathFinder
+
+        try:
+            spec = PathFinder.find_spec("sglang")
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        paths = list(spec.submodule_search_locations)
+    return os.path.realpath(paths[0]) if paths else None
+
+
+def sglang_module_version() -> Optional[str]:
+    """The version the ``sglang`` module itself carries, or None when it has none of its own.
+
+    An imported module's ``__version__`` when it was imported before this
+    call; otherwise the ``__version__ = '...'`` line of the package's
+    ``_version.py`` or ``version.py``, read as text (SGLang is not imported).
+    """
+    mod = sys.modules.get("sglang")
+    v = getattr(mod, "__version__", None) if mod is not None else None
+    if isinstance(v, str) and v:
+        return v
+    root = sglang_package_dir()
+    if root is None:
+        return None
+    for name in ("_version.py", "version.py"):
+        try:
+            with open(os.path.join(root, name), encoding="utf-8") as fh:
+                m = _OWN_VERSION_RE.search(fh.read(65536))
+        except (OSError, UnicodeDecodeError):
+            continue
+        if m:
+            return m.group(1)
+    return None
+
+
+def sglang_metadata() -> Tuple[Optional[str], Optional[str]]:
+    """(version, the package directory the distribution's metadata describes) from the
+    installed ``sglang`` distribution, or (None, None)."""
     from importlib import metadata
 
     try:
-        return metadata.version("sglang")
+        dist = metadata.distribution("sglang")
     except metadata.PackageNotFoundError:
+        return None, None
+    try:
+        where = os.path.realpath(str(dist.locate_file("sglang")))
+    except Exception:
+        where = None
+    return dist.version, where
+
+
+def installed_sglang_version() -> Optional[str]:
+    """The installed SGLang's version: the module's own where it has one, else the
+    distribution metadata's; None when SGLang is missing."""
+    return sglang_module_version() or sglang_metadata()[0]
+
+
+def stand_in_problem() -> Optional[str]:
+    """Why the ``sglang`` that would be imported may not be the installed SGLang, or None.
+
+    A stand-in (a package of that name earlier on the path, a copied or
+    half-upgraded tree) shows as a module version that differs from the
+    distribution metadata's, a module with no version of its own, or a
+    package directory the metadata does not describe.
+    """
+    root = sglang_package_dir()
+    meta_version, meta_dir = sglang_metadata()
+    if root is None:
+        return None
+    mod_version = sglang_module_version()
+    if meta_version is None:
+        return f"the sglang package at {root} has no installed distribution metadata (not installed by pip?)"
+    if mod_version is None:
+        return (f"the sglang package at {root} carries no version of its own; the distribution metadata "
+                f"says {meta_version}")
+    if parse_version_or_none(mod_version) != parse_version_or_none(meta_version) and mod_version != meta_version:
+        return (f"the sglang package at {root} says {mod_version} but the installed distribution's metadata "
+                f"says {meta_version}")
+    if meta_dir and os.path.isdir(meta_dir) and meta_dir != root:
+        return f"the sglang package imported from {root} is not the one the distribution metadata describes ({meta_dir})"
+    return None
+
+
+def parse_version_or_none(text: str) -> Optional[tuple]:
+    try:
+        return parse_version(text).key()
+    except ValueError:
         return None
 
 
