@@ -85,6 +85,21 @@ NO_KERNEL_MARK = "no matching kernel"
 
 _DECODE_FNS = ("pa_decode_gluon", "get_recommended_splits")
 _EXTEND_FNS = ("mha_batch_prefill_func",)
+
+#: Why extend layers with per-head sink logits skip aiter. Read from aiter's
+#: source (tests/test_aiter_contract.py holds it): the batch-prefill JIT builds
+#: ``_sink`` kernels only for sink *tokens* (``sink_size > 0`` under a mask,
+#: ``cmdGenFunc_mha_batch_prefill``, v0.1.14 .. main e4048607), never for
+#: ``sink_ptr`` alone; the C++ side then picks a kernel that ignores the sink
+#: logits (``has_sink = sink_size > 0``, v0.1.14 .. v0.1.18) or finds none
+#: (``|| sink_ptr != nullptr``, v0.1.19 .. e4048607). Passing ``sink_size`` is
+#: no way out: it also makes the first tokens always visible under a window.
+#: ROCm/aiter#4976 (2026-08-25) fixes the JIT filter; no build with it has been
+#: read or run yet. Decode keeps aiter: ``pa_decode_gluon`` takes ``sinks``.
+EXTEND_SINKS_UNSUPPORTED = (
+    "mha_batch_prefill_func builds no kernel for per-head sink logits (sink_ptr) without sink "
+    "tokens in aiter up to main e4048607 (ROCm/aiter#4976)"
+)
 _PA_MODULE = "aiter.ops.triton.gluon.pa_decode_gluon"
 
 
@@ -674,6 +689,8 @@ def forward_extend_vectorized_5d(backend, q, k, v, layer, forward_batch, bs0, wi
         window >= 0, sinks is not None, cap > 0,
     )
     def unsupported() -> Optional[str]:
+        if sinks is not None:
+            return EXTEND_SINKS_UNSUPPORTED
         if d > 256 or dv > 256:
             return f"head dims {d}/{dv} exceed 256"
         if fp8:

@@ -390,13 +390,24 @@ def test_extend_aiter_keywords_and_numbers(monkeypatch, strict_aiter, portable, 
     close(out, s.reference(use_fresh=fresh), tol=tol)
 
 
-def test_extend_swa_layer_with_window_and_sinks(monkeypatch, strict_aiter, portable):
+def test_extend_swa_layer_with_window_and_sinks(monkeypatch, strict_aiter, portable, caplog):
+    """Per-head sinks: aiter's batch prefill has no kernel for them (attn.EXTEND_SINKS_UNSUPPORTED);
+    the portable path serves them from the first call, with one warning; the same layer without
+    sinks keeps aiter."""
     s = build(monkeypatch, kind="swa", window=5, mode="extend", prefix=(4, 10), lens=(20, 18))
     sinks = torch.linspace(-0.5, 0.5, s.hq)
-    out = run_extend(s, sinks=sinks)
-    kw = strict_aiter._fake.calls("mha_batch_prefill_func")[0].kwargs
-    assert kw["window_size"] == (5, -1) and kw["sink_ptr"] is sinks
+    with caplog.at_level(logging.WARNING, logger="sglang_kv5d.attention"):
+        out = run_extend(s, sinks=sinks)
+        out2 = run_extend(s, sinks=sinks)
+    assert not strict_aiter._fake.calls("mha_batch_prefill_func")
+    assert [c[0] for c in portable.calls] == ["extend", "extend"] and portable.calls[0][1]["sinks"] is sinks
+    warns = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warns) == 1 and "sink_ptr" in warns[0] and "sinks on" in warns[0]
     close(out, s.reference(sinks=sinks))
+    close(out2, s.reference(sinks=sinks))
+    close(run_extend(s), s.reference())
+    kw = strict_aiter._fake.calls("mha_batch_prefill_func")[0].kwargs
+    assert kw["window_size"] == (5, -1) and kw["sink_ptr"] is None
 
 
 def test_extend_reads_legacy_backend_qo_indptr(monkeypatch, strict_aiter, portable):
