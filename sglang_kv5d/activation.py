@@ -35,7 +35,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from . import config
 from . import versions as _versions
 from .patches import BUILTIN_PATCH_MODULES, ENTRY_POINT_GROUP, Binding, Patch, load_builtin
-from .state import APPLIED, DISABLED, FAILED, PENDING, SKIPPED, PatchStatus, Status, process_role
+from .state import APPLIED, DISABLED, FAILED, PENDING, SKIPPED, PatchStatus, Status, process_role, write_status_file
 from .surface import (
     PROCESS_TARGET_NAMES,
     READ,
@@ -505,10 +505,7 @@ def _write_status_file(status: Status) -> None:
     directory = config.status_dir()
     if not directory:
         return
-    try:
-        status.write(directory)
-    except OSError as exc:
-        logger.warning("sglang-kv5d: cannot write status to %s: %s", directory, exc)
+    write_status_file(status, directory, logger)  # safe writer; an unsafe directory warns once
 
 
 def _report(eng: _Engine, by: str = "route") -> None:
@@ -579,6 +576,9 @@ def activate(
         eng.records = {}
         eng.order = []
         eng.warnings = []
+        for msg in config.activation_warnings():  # invalid switches: name them and what is assumed
+            eng.warnings.append(msg)
+            logger.warning("sglang-kv5d: %s", msg)
         discovered = _discover_patches(eng)
         known = {name for name, _, _ in discovered}
         if selected is not None:
@@ -705,7 +705,10 @@ def status() -> Status:
         _recheck_pid(eng)
         if not eng.records and not eng.active:
             eng.verdict = _versions.verdict(allow_untested=config.allow_untested())
-        return _status(eng)
+        st = _status(eng)
+        if not eng.active:  # e.g. SGLANG_KV5D=maybe: say why the overlay is off
+            st.warnings += [w for w in config.activation_warnings() if w not in st.warnings]
+        return st
 
 
 # --------------------------------------------------------------------------

@@ -126,11 +126,21 @@ _scale_cache: Dict[Tuple[float, str], Any] = {}
 
 
 def selected_impl() -> str:
-    """``SGLANG_KV5D_ATTN_IMPL`` normalised (auto | aiter | triton)."""
-    value = os.environ.get(ENV_IMPL, "auto").strip().lower() or "auto"
-    if value not in IMPLS:
-        raise ValueError(f"{ENV_IMPL}={value!r}: expected one of {', '.join(IMPLS)}")
+    """``SGLANG_KV5D_ATTN_IMPL`` through the switch registry (auto | aiter | triton).
+
+    An invalid value means ``auto``, with one warning naming it (activation and
+    ``check`` report it too): never an error in the middle of serving.
+    """
+    from sglang_kv5d import config
+
+    value, problem = config.read(config.ATTN_IMPL)
+    if problem is not None and problem.value not in _warned_impl:
+        _warned_impl.add(problem.value)
+        logger.warning("sglang-kv5d: %s", problem.activation_warning())
     return value
+
+
+_warned_impl: set = set()
 
 
 def fallback_configs() -> Dict[Any, str]:

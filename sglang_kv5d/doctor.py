@@ -3,6 +3,11 @@
 Each check is a :class:`Check` with a status (ok | warn | fail), a one-line
 detail and, when not ok, a fix. A ``fail`` on anything the overlay needs makes
 the command exit non-zero. Paste the output (or ``--json``) into bug reports.
+
+The report is a list of sections (:data:`SECTIONS`), each a function of a
+:class:`DoctorContext` returning checks, run in order; a new section is one
+:class:`Section` appended there (options for it travel in
+``DoctorContext.options``).
 """
 
 from __future__ import annotations
@@ -12,8 +17,8 @@ import os
 import platform
 import sys
 import sysconfig
-from dataclasses import asdict, dataclass
-from typing import Callable, List, Optional
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from . import config
 from . import versions as _versions
@@ -54,6 +59,39 @@ def check_versions() -> List[Check]:
         else:
             out.append(Check(dist, FAIL if needed else WARN, "not installed",
                              f"install {dist} (for torch/triton: the build matching your ROCm/CUDA stack)"))
+    return out
+
+
+def check_sglang_install() -> Optional[Check]:
+    """A warning when the ``sglang`` that would be imported looks like a stand-in."""
+    problem = _versions.stand_in_problem()
+    if problem is None:
+        return None
+    return Check("sglang install", WARN, problem + "; the verdict above uses the package's own version",
+                 "reinstall SGLang with pip into this environment, and remove other 'sglang' packages from "
+                 "the path (PYTHONPATH, the working directory)")
+
+
+def check_environment(environ=None) -> List[Check]:
+    """Every switch through the registry: invalid values fail with their rule id and fix."""
+    env = os.environ if environ is None else environ
+    out: List[Check] = []
+    known = None
+    try:
+        from .launcher import _known_patch_names
+
+        known = _known_patch_names()
+    except Exception:
+        pass
+    for p in config.problems(env, known_patches=known):
+        out.append(Check(f"switch {p.name}", FAIL, f"{p.rule}: {p.message()}; sglang-kv5d assumes {p.switch.assumed}"
+                         if p.switch.owner == config.OURS else f"{p.rule}: {p.message()}", p.fix))
+    for name, close in config.unknown_own_names(env):
+        out.append(Check(f"switch {name}", WARN, "KV5D012: sglang-kv5d has no such switch"
+                         + (f"; did you mean {close}?" if close else ""),
+                         f"rename it to {close}" if close else f"unset {name}"))
+    shown = ", ".join(f"{k}={env[k]!r}" for k in config.SWITCHES if k in env)
+    out.insert(0, Check("environment", OK, shown or "no sglang-kv5d switches set"))
     return out
 
 
@@ -245,27 +283,69 @@ def check_spawn(timeout: float = 120.0) -> Check:
                  "check that sglang_kv5d.pth is in site-packages and children run without -S")
 
 
-def run_doctor(progress: Optional[Callable[[str], None]] = None, spawn: bool = True) -> List[Check]:
-    say = progress or (lambda _msg: None)
+@dataclass
+class DoctorContext:
+    """What sections share: the environment, the progress callback, results of
+    earlier sections (``facts``), and command-line options (``options``)."""
+
+    environ: Mapping[str, str]
+    spawn: bool = True
+    progress: Callable[[str], None] = lambda _msg: None
+    facts: Dict[str, Any] = field(default_factory=dict)
+    options: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str  # shown as progress
+    run: Callable[[DoctorContext], List[Check]]
+
+
+def _versions_section(ctx: DoctorContext) -> List[Check]:
+    out = check_versions() + [check_sglang(ctx.environ)]
+    install = check_sglang_install()
+    return out + ([install] if install else [])
+
+
+def _platform_section(ctx: DoctorContext) -> List[Check]:
+    info = detect_platform()
+    ctx.facts["platform"] = info
+    return [check_platform(info), check_aiter(info["platform"])]
+
+
+def _install_section(ctx: DoctorContext) -> List[Check]:
+    return [check_entry_point(ctx.environ), check_pth()]
+
+
+def _patches_section(ctx: DoctorContext) -> List[Check]:
+    if _versions.installed_sglang_version() is None:
+        return []
+    return check_patches(ctx.environ)
+
+
+def _spawn_section(ctx: DoctorContext) -> List[Check]:
+    return [check_spawn()] if ctx.spawn else []
+
+
+SECTIONS: List[Section] = [
+    Section("versions", _versions_section),
+    Section("platform", _platform_section),
+    Section("install", _install_section),
+    Section("environment", lambda ctx: check_environment(ctx.environ)),
+    Section("patch probes (imports SGLang)", _patches_section),
+    Section("spawn probe", _spawn_section),
+]
+
+
+def run_doctor(progress: Optional[Callable[[str], None]] = None, spawn: bool = True,
+               environ: Optional[Mapping[str, str]] = None, options: Optional[Dict[str, Any]] = None,
+               sections: Optional[List[Section]] = None) -> List[Check]:
+    ctx = DoctorContext(environ=os.environ if environ is None else environ, spawn=spawn,
+                        progress=progress or (lambda _msg: None), options=dict(options or {}))
     checks: List[Check] = []
-    say("versions")
-    checks += check_versions()
-    checks.append(check_sglang())
-    say("platform")
-    platform_info = detect_platform()
-    checks.append(check_platform(platform_info))
-    say("aiter")
-    checks.append(check_aiter(platform_info["platform"]))
-    checks.append(check_entry_point())
-    checks.append(check_pth())
-    checks.append(Check("environment", OK, ", ".join(f"{k}={os.environ[k]}" for k in config.ALL_SWITCHES + (config.LAYOUT,)
-                                                     if k in os.environ) or "no SGLANG_KV5D* variables set"))
-    say("patch probes (imports SGLang)")
-    if _versions.installed_sglang_version() is not None:
-        checks += check_patches()
-    if spawn:
-        say("spawn probe")
-        checks.append(check_spawn())
+    for section in SECTIONS if sections is None else sections:
+        ctx.progress(section.name)
+        checks += section.run(ctx)
     return checks
 
 

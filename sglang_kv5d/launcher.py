@@ -49,22 +49,27 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import io
 import json
 import os
+import re
 import shlex
 import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from . import config as _config
 from . import rules as _rules
 
 LAUNCH = "launch"
 CHECK = "check"
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
 
-GATE_ENV = "SGLANG_KV5D"
-STRICT_ENV = "SGLANG_KV5D_STRICT"
+GATE_ENV = _config.GATE
+STRICT_ENV = _config.STRICT
+# A variable name the dry run may print unquoted and execvpe accepts: ASCII only.
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z", re.ASCII)
 SGLANG_MODULE = "sglang.launch_server"
 # prepare_server_args builds ArgumentParser(prog="sglang serve") with argparse's
 # default allow_abbrev=True (0.5.16 and 0.5.23 both); we must accept and refuse
@@ -78,19 +83,25 @@ ORIGIN_ENV = "environment"
 ORIGIN_DEFAULT = "default"
 
 # Variables the rules read: shown by --kv5d-dry-run even when nothing changes them.
-RELEVANT_ENV = (
-    _rules.LAYOUT_ENV,
-    _rules.USE_AITER_ENV,
-    _rules.HND_ENV,
-    "SGLANG_KV5D_PATCHES",
-    STRICT_ENV,
-    "SGLANG_KV5D_ATTN_IMPL",
-    _rules.ALLOW_UNTESTED_ENV,
-)
+RELEVANT_ENV = tuple(n for n in _config.SWITCHES if n not in (GATE_ENV, _config.PLUGINS))
 
 
 class UsageError(Exception):
     """Bad use of our own options or profile: exit 2."""
+
+
+def check_env_name(name: str, where: str) -> None:
+    """UsageError unless ``name`` is a portable variable name ([A-Za-z_][A-Za-z0-9_]*)."""
+    if not ENV_NAME_RE.match(name):
+        shown = "an empty name" if name == "" else f"{name!r}"
+        raise UsageError(
+            f"{where}: {shown} is not a variable name (use letters A-Z/a-z, digits and '_', not starting with a digit)"
+        )
+
+
+def check_env_value(name: str, value: str, where: str) -> None:
+    if "\x00" in value:
+        raise UsageError(f"{where}: the value of {name} contains a NUL character, which no environment can hold")
 
 
 # --------------------------------------------------------------------------
@@ -177,8 +188,10 @@ def split_argv(argv: Sequence[str], command: str = LAUNCH) -> Tuple[Options, Lis
                 opts.platform = value
             elif dest == "env":
                 k, has_eq, v = value.partition("=")
-                if not has_eq or not k or not k.replace("_", "a").isalnum():
+                if not has_eq:
                     raise UsageError(f"{name} expects NAME=VALUE, got {value!r}")
+                check_env_name(k, f"{name} {value!r}")
+                check_env_value(k, v, name)
                 opts.env.append((k, v))
             elif dest == "explain":
                 if command != CHECK:
@@ -221,13 +234,30 @@ def _toml_loads(text: str) -> Dict[str, Any]:
     return tomllib.loads(text)
 
 
+def _type_name(v: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number"}.get(type(v), f"a {type(v).__name__}")
+
+
 def load_profile(path: str) -> Profile:
-    """Read and validate a launch profile; UsageError on any problem."""
+    """Read and validate a launch profile; UsageError on any problem.
+
+    Values keep their TOML types: every ``args`` item and every ``[env]``
+    value must be a string (``"64"``, ``"1"``); a number or boolean is an error
+    naming it, never silently converted. Variable names must be
+    ``[A-Za-z_][A-Za-z0-9_]*``; a NUL anywhere is refused.
+    """
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        with open(path, "rb") as fh:
+            raw = fh.read()
     except OSError as exc:
         raise UsageError(f"cannot read profile {path}: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"profile {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+            "save it as UTF-8 (TOML files are UTF-8)"
+        ) from None
     try:
         data = _toml_loads(text)
     except UsageError:
@@ -242,23 +272,33 @@ def load_profile(path: str) -> Profile:
         )
     desc = data.get("description", "")
     if not isinstance(desc, str):
-        raise UsageError(f"profile {path}: description must be a string")
+        raise UsageError(f"profile {path}: description must be a string, not {_type_name(desc)}")
+    if "\x00" in desc:
+        raise UsageError(f"profile {path}: description contains a NUL character")
     env_tab = data.get("env", {})
     if not isinstance(env_tab, dict):
-        raise UsageError(f"profile {path}: env must be a table of NAME = value")
+        raise UsageError(f"profile {path}: env must be a table of NAME = \"value\"")
     env: Dict[str, str] = {}
     for k, v in env_tab.items():
-        if isinstance(v, bool):
-            v = "1" if v else "0"
-        elif isinstance(v, (int, float)):
-            v = str(v)
-        elif not isinstance(v, str):
-            raise UsageError(f"profile {path}: env.{k} must be a string, number or boolean")
-        env[str(k)] = v
+        check_env_name(k, f"profile {path}: [env] key")
+        if not isinstance(v, str):
+            shown = json.dumps(v) if isinstance(v, (bool, int, float)) else None
+            raise UsageError(
+                f"profile {path}: env.{k} must be a string, not {_type_name(v)}"
+                + (f"; write {k} = {json.dumps(json.dumps(v))}" if shown else "")
+            )
+        check_env_value(k, v, f"profile {path}: env.{k}")
+        env[k] = v
     args = data.get("args", [])
-    if not isinstance(args, list) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in args):
-        raise UsageError(f"profile {path}: args must be a list of strings")
-    return Profile(path=path, description=desc, env=env, args=[str(a) for a in args])
+    if not isinstance(args, list):
+        raise UsageError(f"profile {path}: args must be a list of strings, not {_type_name(args)}")
+    for i, a in enumerate(args):
+        if not isinstance(a, str):
+            hint = f"; write it in quotes: {json.dumps(json.dumps(a))}" if isinstance(a, (bool, int, float)) else ""
+            raise UsageError(f"profile {path}: args[{i}] must be a string, not {_type_name(a)} ({a!r}){hint}")
+        if "\x00" in a:
+            raise UsageError(f"profile {path}: args[{i}] contains a NUL character")
+    return Profile(path=path, description=desc, env=env, args=list(args))
 
 
 # --------------------------------------------------------------------------
@@ -319,7 +359,7 @@ def resolve_env(
             lost.append((ORIGIN_ENV, base[name]))
         env[name] = value
         entries[name] = EnvEntry(name, value, ORIGIN_CLI, base.get(name), lost)
-    if GATE_ENV in cli and cli[GATE_ENV].strip().lower() not in ("1", "true", "yes", "on"):
+    if GATE_ENV in cli and not _config.read(GATE_ENV, cli)[0]:
         raise UsageError(f"{GATE_ENV} is always 1 under the launcher; run python -m {SGLANG_MODULE} without it")
     if GATE_ENV not in cli:
         lost = []
@@ -698,14 +738,35 @@ class Plan:
 
 
 @contextlib.contextmanager
-def _quiet_sglang_imports():
-    """SGLang's import-time chatter (platform UserWarnings, aiter's print) must
-    not reach our stdout, which may carry JSON: prints go to stderr, warnings
-    are dropped."""
+def _quiet_sglang_imports(sink: Optional[List[str]] = None):
+    """SGLang's import-time chatter (platform UserWarnings, "aiter is AMD specific
+    kernel library...", quantization notices) must not reach our stdout, which
+    may carry JSON, nor read as a verdict on the operator's arguments. Python
+    warnings are dropped; what SGLang prints (to stdout or stderr) is collected
+    in ``sink`` (one entry per line) for :func:`import_noise_note`."""
+    buf = io.StringIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with contextlib.redirect_stdout(sys.stderr):
-            yield
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            try:
+                yield
+            finally:
+                for ln in buf.getvalue().splitlines():
+                    if ln.startswith("sglang-kv5d"):  # our own bootstrap's messages are not SGLang's noise
+                        sys.stderr.write(ln + "\n")
+                    elif ln.strip() and sink is not None:
+                        sink.append(ln.rstrip())
+
+
+def import_noise_note(lines: Sequence[str]) -> Optional[str]:
+    """One note explaining what SGLang printed while being imported, or None."""
+    if not lines:
+        return None
+    distinct = list(dict.fromkeys(lines))
+    shown = "; ".join(repr(ln[:160]) for ln in distinct[:3]) + (f"; and {len(distinct) - 3} more" if len(distinct) > 3 else "")
+    return (f"SGLang printed {len(lines)} line(s) while its modules were imported for this check; these are "
+            f"SGLang's import-time notices about optional kernels and libraries on this machine (for example "
+            f"aiter off ROCm), not findings about your arguments: {shown}")
 
 
 def _sglang_version() -> Optional[str]:
@@ -741,16 +802,26 @@ def make_plan(
             )
     plan.platform, plan.platform_how = detect_platform(opts.platform)
     plan.sglang_version = _sglang_version()
+    noise: List[str] = []
+    origins = {e.name: e.origin for e in plan.env_entries if e.origin in (ORIGIN_PROFILE, ORIGIN_CLI)}
+    replaced = [(e.name, v, o) for e in plan.env_entries for o, v in e.overridden]
+    known_patches = _known_patch_names()
+
+    def context(args, problems=None, known_env=None):
+        return _rules.make_context(plan.env, args, plan.sglang_version, plan.platform, patch_problems=problems,
+                                   known_env=known_env, env_origins=origins, replaced=replaced,
+                                   known_patches=known_patches)
 
     try:
-        with _quiet_sglang_imports():
+        with _quiet_sglang_imports(noise):
             parser = parser_factory()
     except ImportError as exc:
+        _add_noise_note(plan, noise)
         plan.notes.append(f"cannot import SGLang's server_args ({exc}); SGLang arguments not checked")
         plan.segments = [Segment(None, list((plan.profile.args if plan.profile else [])), ORIGIN_PROFILE),
                          Segment(None, list(cli_args), ORIGIN_CLI)]
         plan.segments = [s for s in plan.segments if s.tokens]
-        plan.findings = _rules.evaluate(_rules.make_context(plan.env, {}, plan.sglang_version, plan.platform))
+        plan.findings = _rules.evaluate(context({}))
         return plan
 
     prof_args, t1 = translate_renamed(plan.profile.args if plan.profile else [], parser, ORIGIN_PROFILE)
@@ -773,6 +844,7 @@ def make_plan(
     try:
         ns = parser.parse_args(final)
     except SGLangParseError as exc:
+        _add_noise_note(plan, noise)
         plan.parse_error = exc
         plan.hint = parse_error_hint(exc.message, final, parser)
         return plan
@@ -792,20 +864,32 @@ def make_plan(
     problems, note = (None, None)
     ctx_env = plan.env
     if _rules.Context(ctx_env, None, None, plan.platform).wants_5d:
-        with _quiet_sglang_imports():
+        with _quiet_sglang_imports(noise):
             problems, note = probe()
         if note:
             plan.notes.append(note)
-    ctx = _rules.make_context(
-        env=ctx_env,
-        args=ns,
-        sglang_version=plan.sglang_version,
-        platform=plan.platform,
-        patch_problems=problems,
-        known_env=_rules.sglang_env_names(),
-    )
-    plan.findings = _rules.evaluate(ctx)
+    _add_noise_note(plan, noise)
+    plan.findings = _rules.evaluate(context(ns, problems, _rules.sglang_env_names()))
     return plan
+
+
+def _add_noise_note(plan: Plan, noise: List[str]) -> None:
+    note = import_noise_note(noise)
+    if note:
+        plan.notes.append(note)
+    noise.clear()
+
+
+def _known_patch_names() -> Optional[List[str]]:
+    """Built-in patch names and those other packages register (entry points), or None."""
+    try:
+        from importlib.metadata import entry_points
+
+        from .patches import BUILTIN_PATCH_MODULES, ENTRY_POINT_GROUP
+
+        return list(BUILTIN_PATCH_MODULES) + [ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    except Exception:
+        return None
 
 
 # --------------------------------------------------------------------------
@@ -822,7 +906,7 @@ def render_findings(findings: Sequence[_rules.Finding]) -> str:
 
 def render_summary(plan: Plan) -> str:
     n_err = len(plan.errors)
-    n_warn = len(plan.findings) - n_err
+    n_warn = len(plan.findings) - n_err + len(plan.translations)  # flag translations are printed as warnings
     verdict = "passed" if n_err == 0 else "failed"
     return (
         f"sglang-kv5d {plan.command}: {verdict}: {n_err} error(s), {n_warn} warning(s) "
@@ -831,46 +915,85 @@ def render_summary(plan: Plan) -> str:
 
 
 def render_parse_error(plan: Plan) -> str:
+    return "\n".join(_parse_error_lines(plan))
+
+
+def _parse_error_lines(plan: Plan) -> List[str]:
     assert plan.parse_error is not None
-    lines = [
-        "sglang-kv5d: SGLang's own argument parser rejected the arguments:",
-        f"{plan.parse_error.prog}: error: {plan.parse_error.message}",
-    ]
+    version = f"SGLang {plan.sglang_version}" if plan.sglang_version else "SGLang"
+    lines = [f"sglang-kv5d: {version}'s argument parser (ServerArgs.add_cli_args) rejected the arguments: "
+             f"{plan.parse_error.message}"]
     if plan.hint:
         lines.append(f"hint: {plan.hint}")
-    return "\n".join(lines)
+    return lines
+
+
+def shell_comment_text(text: str) -> str:
+    """``text`` made safe for the rest of a shell comment line: every character
+    that is not printable (newline, carriage return, escape sequences, NUL,
+    U+2028 ...) is written as a Python-style escape, so nothing can end the
+    comment and start a command, or rewrite the terminal."""
+    out = []
+    for ch in text:
+        if ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
 
 
 def render_dry_run(plan: Plan) -> str:
-    lines: List[str] = ["# sglang-kv5d launch --kv5d-dry-run"]
+    """The dry run as a shell script: ``bash`` on it does what ``launch`` would
+    (the exports, then the exec'd command) and nothing else. Values reach code
+    lines only through ``shlex.quote``; variable names are validated where they
+    enter (profile, --kv5d-env); every comment goes through
+    :func:`shell_comment_text`."""
+    lines: List[str] = []
+
+    def comment(text: str) -> None:  # one logical line; a newline in a value becomes \\n
+        lines.append("# " + shell_comment_text(text))
+
+    lines.append("# sglang-kv5d launch --kv5d-dry-run")
     if plan.profile:
-        lines.append(f"# profile: {plan.profile.path}" + (f" ({plan.profile.description})" if plan.profile.description else ""))
+        comment(f"profile: {plan.profile.path}" + (f" ({plan.profile.description})" if plan.profile.description else ""))
     lines.append("# environment (precedence: command line > environment > profile > default):")
     width = max([len(f"{e.name}={shlex.quote(e.value or '')}") for e in plan.env_entries] + [10]) + 2
     for e in plan.env_entries:
+        if not ENV_NAME_RE.match(e.name):  # defensive: names are validated where they enter
+            raise UsageError(f"refusing to print the variable name {e.name!r} into a shell script")
         assign = f"{e.name}={shlex.quote(e.value)}" if e.value is not None else f"unset {e.name}"
         what = "set" if e.changed else "kept"
         origin = e.origin + (" (SGLANG_KV5D is always 1 under the launcher)" if e.name == GATE_ENV and e.origin == ORIGIN_DEFAULT else "")
         extra = "".join(f"; overrides {o} value {shlex.quote(v)}" for o, v in e.overridden)
-        prefix = "export " if e.changed else "#      "
-        lines.append(f"{prefix}{assign.ljust(width)} # {what}, from {origin}{extra}")
-    lines.append("# command:")
-    lines.append(plan.command_line)
+        trailer = " # " + shell_comment_text(f"{what}, from {origin}{extra}")
+        if e.changed:
+            prefix = "" if e.value is None else "export "
+            lines.append(f"{prefix}{assign.ljust(width)}{trailer}")
+        else:
+            lines.append("#      " + shell_comment_text(assign).ljust(width) + trailer)
+    if plan.exit_code == EXIT_OK:
+        lines.append("# command:")
+        lines.append(plan.command_line)
+    else:  # launch would stop here, so the script must not run it either
+        lines.append("# command (not run: launch would refuse it, see below):")
+        comment(plan.command_line)
     lines.append("# SGLang arguments and their origin:")
     for s in plan.segments:
-        lines.append(f"#   {shlex.join(s.tokens)}  <- {s.origin}" + (f" ({s.note})" if s.note else ""))
+        comment(f"  {shlex.join(s.tokens)}  <- {s.origin}" + (f" ({s.note})" if s.note else ""))
     for s in plan.dropped:
-        lines.append(f"#   (dropped) {shlex.join(s.tokens)}  <- profile, replaced by the command line")
+        comment(f"  (dropped) {shlex.join(s.tokens)}  <- profile, replaced by the command line")
     for t in plan.translations:
-        lines.append(f"# renamed: {t.message()} [{t.origin}]")
+        comment(f"renamed: {t.message()} [{t.origin}]")
     for n in plan.notes:
-        lines.append(f"# note: {n}")
+        comment(f"note: {n}")
     if plan.parse_error is not None:
-        lines.extend("# " + ln for ln in render_parse_error(plan).splitlines())
+        for ln in _parse_error_lines(plan):
+            comment(ln)
     for f in plan.findings:
-        lines.extend("# " + ln for ln in f.format().splitlines())
+        comment(f"{f.id} {f.severity}: {f.message}")
+        comment(f"  fix: {f.fix}")
     if plan.parse_error is None:
-        lines.append("# " + render_summary(plan))
+        comment(render_summary(plan))
     return "\n".join(lines)
 
 

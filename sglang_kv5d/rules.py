@@ -32,16 +32,22 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from . import config as _config
+
 logger = logging.getLogger("sglang_kv5d.rules")
 
 ERROR = "error"
 WARNING = "warning"
 
-LAYOUT_ENV = "SGLANG_AITER_KV_CACHE_LAYOUT"
-USE_AITER_ENV = "SGLANG_USE_AITER"
-HND_ENV = "SGLANG_USE_HND_KVCACHE"
-ALLOW_UNTESTED_ENV = "SGLANG_KV5D_ALLOW_UNTESTED"
-VALID_LAYOUTS = ("nhd", "vectorized_5d")
+LAYOUT_ENV = _config.LAYOUT
+USE_AITER_ENV = _config.USE_AITER
+HND_ENV = _config.HND
+ALLOW_UNTESTED_ENV = _config.ALLOW_UNTESTED
+VALID_LAYOUTS = _config.LAYOUTS
+# Variables that change which code a program loads: a profile or --kv5d-env that
+# sets one gets KV5D014 (a pasted or planted profile must not do it unnoticed).
+CODE_LOADING_ENV = ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME",
+                    "BASH_ENV", "ENV")
 VEC5D = "vectorized_5d"
 PLATFORMS = ("rocm", "cuda", "cpu")
 # What SGLang does with an unset --page-size when the 5D layout is requested on
@@ -84,6 +90,14 @@ class Context:
 
     ``hybrid_model``: True / False when known (linear-attention hybrid such as
     Qwen3.5), None when it cannot be told from the arguments.
+
+    ``env_origins``: for the launcher, the origin (``profile``, ``command
+    line``) of each variable it sets; ``replaced``: ``(name, value, origin)``
+    of values the launch environment replaced (an exported ``SGLANG_KV5D``
+    the launcher overrides). ``known_patches``: patch names, to judge
+    ``SGLANG_KV5D_PATCHES``. ``in_sglang``: the rules run inside SGLang (the
+    server-args guard), where activation has already warned about invalid
+    sglang-kv5d switches and KV5D013/KV5D014 stay silent.
     """
 
     env: Mapping[str, str]
@@ -93,6 +107,10 @@ class Context:
     patch_problems: Optional[Sequence[Tuple[str, str]]] = None
     known_env: Optional[FrozenSet[str]] = None
     hybrid_model: Optional[bool] = None
+    env_origins: Optional[Mapping[str, str]] = None
+    replaced: Sequence[Tuple[str, str, str]] = ()
+    known_patches: Optional[FrozenSet[str]] = None
+    in_sglang: bool = False
 
     def arg(self, name: str, default: Any = None) -> Any:
         a = self.args
@@ -124,6 +142,11 @@ def make_context(
     patch_problems: Optional[Sequence[Tuple[str, str]]] = None,
     known_env: Optional[Iterable[str]] = None,
     hybrid_model: Optional[bool] = None,
+    *,
+    env_origins: Optional[Mapping[str, str]] = None,
+    replaced: Sequence[Tuple[str, str, str]] = (),
+    known_patches: Optional[Iterable[str]] = None,
+    in_sglang: bool = False,
 ) -> Context:
     if platform not in PLATFORMS:
         raise ValueError(f"platform must be one of {PLATFORMS}, not {platform!r}")
@@ -137,6 +160,10 @@ def make_context(
         patch_problems=None if patch_problems is None else [tuple(p) for p in patch_problems],
         known_env=None if known_env is None else frozenset(known_env),
         hybrid_model=hybrid_model,
+        env_origins=None if env_origins is None else dict(env_origins),
+        replaced=[tuple(r) for r in replaced],
+        known_patches=None if known_patches is None else frozenset(known_patches),
+        in_sglang=in_sglang,
     )
 
 
@@ -151,9 +178,7 @@ def _get(args: Any, name: str, default: Any = None) -> Any:
         return default
 
 
-def env_bool(value: Optional[str]) -> bool:
-    """SGLang's ``EnvBool`` parse: true/1/yes/y (any case) is true; unset is false."""
-    return value is not None and value.lower() in ("true", "1", "yes", "y")
+env_bool = _config.sglang_env_bool  # SGLang's EnvBool parse, from the switch registry
 
 
 # --------------------------------------------------------------------------
@@ -165,8 +190,9 @@ class Rule:
     id: str
     severity: str
     title: str
-    doc: str  # markdown: why, what fires, the fix
+    doc: str  # markdown: why, and what fires
     check: Callable[[Context], List[Finding]] = field(compare=False)
+    fix: str = ""  # the general fix (each finding carries a specific one)
 
     def finding(self, message: str, fix: str) -> Finding:
         return Finding(self.id, self.severity, message, fix)
@@ -175,12 +201,12 @@ class Rule:
 RULES: Dict[str, Rule] = {}
 
 
-def _rule(rule_id: str, severity: str, title: str, doc: str):
+def _rule(rule_id: str, severity: str, title: str, doc: str, *, fix: str):
     def deco(fn: Callable[[Context, "Rule"], Iterable[Finding]]):
         def check(ctx: Context, _fn=fn, _id=rule_id) -> List[Finding]:
             return list(_fn(ctx, RULES[_id]) or ())
 
-        RULES[rule_id] = Rule(rule_id, severity, title, textwrap.dedent(doc).strip(), check)
+        RULES[rule_id] = Rule(rule_id, severity, title, textwrap.dedent(doc).strip(), check, fix)
         return fn
 
     return deco
@@ -301,6 +327,7 @@ def guess_hybrid_model(model_path: Optional[str]) -> Optional[bool]:
     `vectorized_5d` (compared case-insensitively, without trimming, as SGLang
     does). Unset is fine (it means `nhd`).
     """,
+    fix='export SGLANG_AITER_KV_CACHE_LAYOUT=vectorized_5d for the SHUFFLE 5D layout, or nhd (or unset it) for the default.',
 )
 def _kv5d001(ctx: Context, rule: Rule):
     raw = ctx.env.get(LAYOUT_ENV)
@@ -330,6 +357,7 @@ def _kv5d001(ctx: Context, rule: Rule):
     (`Envs`) reads them as true, but the many modules that read the variable with
     `get_bool_env_var` (fp8_utils, unquant, vision, ...) read them as false.
     """,
+    fix="export SGLANG_USE_AITER=1 in the launch environment (the profile's [env] or --kv5d-env SGLANG_USE_AITER=1).",
 )
 def _kv5d002(ctx: Context, rule: Rule):
     if not ctx.wants_5d:
@@ -366,6 +394,7 @@ def _kv5d002(ctx: Context, rule: Rule):
     launcher detects the platform (`torch.version.hip`, then `/opt/rocm`);
     `--kv5d-platform rocm` lints a ROCm launch from another machine.
     """,
+    fix='run on a ROCm host, or unset the layout variable; to lint a ROCm launch from another machine pass --kv5d-platform rocm.',
 )
 def _kv5d003(ctx: Context, rule: Rule):
     if not ctx.wants_5d or ctx.platform == "rocm":
@@ -389,6 +418,7 @@ def _kv5d003(ctx: Context, rule: Rule):
 
     Fires when 5D is requested and `--enable-unified-memory` is on.
     """,
+    fix='drop --enable-unified-memory, or use the nhd layout.',
 )
 def _kv5d004(ctx: Context, rule: Rule):
     if ctx.wants_5d and ctx.arg("enable_unified_memory", False):
@@ -412,6 +442,7 @@ def _kv5d004(ctx: Context, rule: Rule):
     Fires when 5D is requested and any `--speculative-algorithm` is set
     (EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM, DFLASH, ...).
     """,
+    fix='drop --speculative-algorithm and the --speculative-* options, or use the nhd layout.',
 )
 def _kv5d005(ctx: Context, rule: Rule):
     if not ctx.wants_5d:
@@ -443,6 +474,7 @@ def _kv5d005(ctx: Context, rule: Rule):
     Fires when 5D is requested and `--enable-hierarchical-cache` (0.5.23 alias
     `--enable-hicache`) or `--enable-lmcache` is on.
     """,
+    fix='drop --enable-hierarchical-cache / --enable-lmcache, or use the nhd layout.',
 )
 def _kv5d006(ctx: Context, rule: Rule):
     if not ctx.wants_5d:
@@ -471,6 +503,7 @@ def _kv5d006(ctx: Context, rule: Rule):
     Fires when 5D is requested and `{HND_ENV}` is true (`1`, `true`, `yes`,
     `y`, any case).
     """,
+    fix='unset SGLANG_USE_HND_KVCACHE (or set it to 0) when serving vectorized_5d.',
 )
 def _kv5d007(ctx: Context, rule: Rule):
     if ctx.wants_5d and env_bool(ctx.env.get(HND_ENV)):
@@ -494,6 +527,7 @@ def _kv5d007(ctx: Context, rule: Rule):
     Fires when 5D is requested and `--page-size` is not a multiple of X. An unset
     `--page-size` counts as {DEFAULT_5D_PAGE_SIZE}, what SGLang picks for this layout on ROCm.
     """,
+    fix='use --page-size 64 (any multiple of 16 for an fp8 KV cache, of 8 for bf16), or leave it unset.',
 )
 def _kv5d008(ctx: Context, rule: Rule):
     if not ctx.wants_5d:
@@ -531,6 +565,7 @@ def _kv5d008(ctx: Context, rule: Rule):
     default for MHA models (Qwen3.5, Llama) is aiter; pass
     `--attention-backend aiter` explicitly for MLA models.
     """,
+    fix='pass --attention-backend aiter and drop --prefill-attention-backend / --decode-attention-backend (or set them to aiter).',
 )
 def _kv5d009(ctx: Context, rule: Rule):
     if not ctx.wants_5d:
@@ -572,14 +607,12 @@ def _kv5d009(ctx: Context, rule: Rule):
     is a linear-attention hybrid (judged from `<model-path>/config.json`, or the
     name when the path is not local) and the radix cache is on.
     """,
+    fix='install SGLang 0.5.16 .. 0.5.23; on 0.5.13.post1 .. 0.5.15.post1 with a hybrid model add --disable-radix-cache; SGLANG_KV5D_ALLOW_UNTESTED=1 tries a newer SGLang at your own risk.',
 )
 def _kv5d010(ctx: Context, rule: Rule):
     from .versions import BEST_EFFORT, SUPPORTED_RANGE, verdict
 
-    allow = False
-    raw = ctx.env.get(ALLOW_UNTESTED_ENV)
-    if raw is not None and raw.strip().lower() in ("1", "true", "yes", "on"):
-        allow = True
+    allow = _config.allow_untested(ctx.env)
     v = verdict(ctx.sglang_version, allow_untested=allow, _probe=False)
     if not v.allowed:
         yield rule.finding(
@@ -611,6 +644,7 @@ def _kv5d010(ctx: Context, rule: Rule):
     cannot apply; the message names each one with the reason. When no probe is
     available, `check` says so and this rule stays silent.
     """,
+    fix='install a supported SGLang release (see KV5D010); `sglang-kv5d doctor` names each patch and why it cannot apply; use the nhd layout until then.',
 )
 def _kv5d011(ctx: Context, rule: Rule):
     if not ctx.wants_5d or not ctx.patch_problems:
@@ -633,13 +667,21 @@ def _kv5d011(ctx: Context, rule: Rule):
     `SGLANG_ROCM_USE_AITER_LINEAR_SHUFFLE`) does nothing. The names SGLang reads
     come from a scan of the installed package's sources (the `Envs`
     declarations in `environ.py` and every `SGLANG_*` name in its code), done
-    once per process. sglang-kv5d's own `SGLANG_KV5D*` variables are known.
+    once per process. sglang-kv5d's own `SGLANG_KV5D*` variables are judged by
+    its switch registry instead: a `SGLANG_KV5D_*` name that is not a switch
+    (`SGLANG_KV5D_STRICTT`) fires too.
 
     Fires (as a warning) for each such variable in the launch environment and
     suggests the closest known name when there is one.
     """,
+    fix='rename the variable to the suggested name, or remove it (ignore the warning if another program reads it).',
 )
 def _kv5d012(ctx: Context, rule: Rule):
+    for name, close in _config.unknown_own_names(ctx.env):
+        yield rule.finding(
+            f"{name} is set but sglang-kv5d has no such switch" + (f"; did you mean {close}?" if close else ""),
+            (f"rename it to {close}" if close else f"remove {name}") + " (the README lists every switch)",
+        )
     known = ctx.known_env
     if known is None:
         return
@@ -656,6 +698,73 @@ def _kv5d012(ctx: Context, rule: Rule):
         yield rule.finding(
             f"{name} is set but the installed SGLang never reads it (a typo, or a variable only a fork reads){hint}",
             (f"rename it to {close[0]}" if close else f"remove {name}") + " (or ignore this warning if another program reads it)",
+        )
+
+
+@_rule(
+    "KV5D013",
+    ERROR,
+    "An sglang-kv5d switch has a value it does not accept",
+    """
+    Every `SGLANG_KV5D*` variable has a type and a set of accepted values (the
+    README's switch table, generated from `sglang_kv5d.config`). An invalid one
+    would otherwise be read as something the operator did not ask for:
+    `SGLANG_KV5D=maybe` leaves the overlay off (so SGLang's unpatched 5D code
+    runs), `SGLANG_KV5D_ATTN_IMPL=cuda` falls back to `auto`. Inside SGLang,
+    activation logs one warning per invalid switch naming what it assumed.
+
+    Fires for each such variable in the launch environment, and for an
+    `SGLANG_KV5D` value in the shell or the profile that the launcher replaces
+    with `1` (a plain `python -m sglang.launch_server` from the same shell
+    would run without the overlay). Patch names in `SGLANG_KV5D_PATCHES` must
+    be known patches.
+    """,
+    fix="set the variable to one of the values the message lists, or unset it; the README's switch table lists every switch.",
+)
+def _kv5d013(ctx: Context, rule: Rule):
+    if ctx.in_sglang:
+        return
+    for p in _config.problems(ctx.env, owners=(_config.OURS,), known_patches=ctx.known_patches):
+        yield rule.finding(f"{p.message()} (sglang-kv5d would assume {p.switch.assumed})", p.fix)
+    for name, value, origin in ctx.replaced:
+        if name != _config.GATE:
+            continue
+        _, problem = _config.read(name, {name: value})
+        if problem is not None:
+            yield rule.finding(
+                f"{problem.message()} (from the {origin}); the launcher sets {name}=1 for SGLang, but any "
+                "other program started with this value runs without the overlay",
+                problem.fix,
+            )
+
+
+@_rule(
+    "KV5D014",
+    WARNING,
+    "The launch sets a variable that changes which code programs load",
+    f"""
+    A profile is a file that may have been pasted or planted; `--kv5d-env` may
+    come from a script. Variables such as `LD_PRELOAD` or `PYTHONPATH` make
+    every process of the server load code from somewhere else, which is rarely
+    what a launch profile is for.
+
+    Fires (as a warning) for each of {", ".join(f"`{n}`" for n in CODE_LOADING_ENV)}
+    that the profile's `[env]` or `--kv5d-env` sets. Values exported in the
+    shell are the operator's own and do not fire.
+    """,
+    fix="remove the variable from the profile's [env] / --kv5d-env unless you meant to load that code.",
+)
+def _kv5d014(ctx: Context, rule: Rule):
+    if ctx.in_sglang or not ctx.env_origins:
+        return
+    for name in CODE_LOADING_ENV:
+        origin = ctx.env_origins.get(name)
+        if origin is None:
+            continue
+        yield rule.finding(
+            f"{name}={ctx.env.get(name, '')!r} is set by the {origin}: it changes which code every SGLang "
+            "process (and any shell it starts) loads",
+            f"remove {name} from the {origin} unless you meant it",
         )
 
 
@@ -803,6 +912,7 @@ def guard_server_args(
         platform=platform or _platform_in_process(),
         patch_problems=patch_problems,
         known_env=sglang_env_names(),
+        in_sglang=True,
     )
     found = evaluate(ctx)
     pid = os.getpid()
@@ -827,7 +937,7 @@ def explain(rule_id: str) -> str:
     if rid not in RULES:
         raise KeyError(rule_id)
     r = RULES[rid]
-    return f"{r.id} ({r.severity}): {r.title}\n\n{r.doc}\n"
+    return f"{r.id} ({r.severity}): {r.title}\n\n{r.doc}\n\nFix: {r.fix}\n"
 
 
 def suggest_rule(rule_id: str) -> Optional[str]:
@@ -855,8 +965,35 @@ def render_markdown() -> str:
         out.append(f"| [{r.id}](#{r.id.lower()}) | {r.severity} | {r.title} |")
     for rid in sorted(RULES):
         r = RULES[rid]
-        out += ["", f"## {r.id}", "", f"**{r.title}** ({r.severity})", "", r.doc]
+        out += ["", f"## {r.id}", "", f"**{r.title}** ({r.severity})", "", r.doc, "", f"**Fix:** {r.fix}"]
     return "\n".join(out) + "\n"
+
+
+README_RULES_BEGIN = "<!-- rules table: generated by `python -m sglang_kv5d.rules --update-readme README.md`; a test keeps it in sync -->"
+README_RULES_END = "<!-- end of rules table -->"
+
+
+def render_readme_table() -> str:
+    """The README's launch-rules table (one row per rule)."""
+    rows = ["| ID | severity | rule | fix |", "|---|---|---|---|"]
+    for rid in sorted(RULES):
+        r = RULES[rid]
+        rows.append(f"| {r.id} | {r.severity} | {r.title} | {r.fix} |")
+    return "\n".join(rows) + "\n"
+
+
+def _replace_block(text: str, begin: str, end: str, body: str) -> str:
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise ValueError(f"the README must contain the markers {begin!r} and {end!r} once each, in order")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}{end}{tail}"
+
+
+def render_readme(text: str) -> str:
+    """``text`` (the README) with both generated tables (rules, switches) refreshed."""
+    text = _replace_block(text, README_RULES_BEGIN, README_RULES_END, render_readme_table())
+    return _replace_block(text, _config.README_BEGIN, _config.README_END, _config.render_markdown_table())
 
 
 def _main(argv: Optional[Sequence[str]] = None) -> int:
@@ -864,7 +1001,16 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--markdown", action="store_true", help="docs/rules.md (the default)")
     g.add_argument("--explain", metavar="ID", help="one rule's documentation")
+    g.add_argument("--update-readme", metavar="README", help="rewrite the README's generated tables in place")
     a = p.parse_args(argv)
+    if a.update_readme:
+        with open(a.update_readme, encoding="utf-8") as fh:
+            text = fh.read()
+        new = render_readme(text)
+        if new != text:
+            with open(a.update_readme, "w", encoding="utf-8") as fh:
+                fh.write(new)
+        return 0
     if a.explain:
         try:
             sys.stdout.write(explain(a.explain))

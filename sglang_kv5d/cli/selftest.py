@@ -9,10 +9,58 @@ import sys
 import click
 
 
+DEVICES = ("auto", "cpu", "cuda", "rocm")
+
+
+def resolve_device(device: str) -> str:
+    """'auto' | 'cpu' | 'cuda' | 'rocm' -> the torch device to run on ('cpu' or 'cuda').
+
+    ``rocm`` is the GPU device on a ROCm build of torch (which calls it cuda).
+    A device that is not there is a click.UsageError (exit 2, one line).
+    """
+    if device == "cpu":
+        return "cpu"
+    try:
+        import torch
+    except Exception as exc:
+        if device == "auto":
+            return "cpu"
+        raise click.UsageError(f"--device {device}: torch is not importable here ({type(exc).__name__}: {exc})")
+    try:
+        has_gpu = bool(torch.cuda.is_available())
+    except Exception:
+        has_gpu = False
+    if device == "auto":
+        return "cuda" if has_gpu else "cpu"
+    hip = getattr(getattr(torch, "version", None), "hip", None)
+    if device == "rocm" and not hip:
+        raise click.UsageError(
+            "--device rocm: this torch is not a ROCm build (torch.version.hip is unset); use --device cuda for an "
+            "NVIDIA GPU, or --device cpu")
+    if not has_gpu:
+        kind = "ROCm" if hip else "CUDA"
+        raise click.UsageError(
+            f"--device {device}: torch sees no {kind} GPU here (torch.cuda.is_available() is False); "
+            "use --device cpu (Triton interpreter) or --device auto")
+    return "cuda"
+
+
+def _check_switches() -> None:
+    """Invalid sglang-kv5d / SGLang switches are usage errors here (the selftest activates the overlay)."""
+    from .. import config
+
+    problems = config.problems()
+    if problems:
+        p = problems[0]
+        more = f" (and {len(problems) - 1} more; `sglang-kv5d doctor` lists them)" if len(problems) > 1 else ""
+        raise click.UsageError(f"{p.rule}: {p.message()}; fix: {p.fix}{more}")
+
+
 @click.command()
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
               help="Where to run: auto picks the GPU when torch sees one (CUDA or ROCm), else the CPU "
-                   "(Triton interpreter).")
+                   "(Triton interpreter); rocm is the GPU of a ROCm build of torch. A device that is not "
+                   "there exits 2.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full report as JSON.")
 @click.option("--small", is_flag=True, help="On a GPU, run only the small CPU-sized configuration.")
 def selftest(device: str, as_json: bool, small: bool) -> None:
@@ -23,19 +71,15 @@ def selftest(device: str, as_json: bool, small: bool) -> None:
     chunked prefill with a shared prefix and then decode steps, all through the
     patched set_kv_buffer and 5D attention dispatch, and compares every
     attention output with a float64 reference. Prints one row per phase (max
-    error, tokens/s). Exits 1 on any mismatch. On a GPU it also runs a larger
+    error, tokens/s). Exits 1 on any mismatch, 2 on a usage error (a device
+    that is not there, an invalid switch). On a GPU it also runs a larger
     configuration. The overlay is activated in this process.
     """
     import os
 
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    if device == "auto":
-        try:
-            import torch
-
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        except Exception:
-            device = "cpu"
+    _check_switches()
+    device = resolve_device(device)
     from ..selftest import CPU_DEFAULT, GPU_DEFAULT, render, run_selftest
 
     progress = None if as_json else (lambda m: click.echo(f"... {m}", err=True))
