@@ -64,7 +64,7 @@ def test_table_shows_the_slot_kind_of_each_row():
     rows = [_row("llama-like", "5d", 512, "decode", 5.0, 2.4, store=3.0),
             _row("llama-like", "5d", 1024, "prefill", 3.0, 2.9)]
     result = {"rows": rows, "device": {"gpu": "X", "driver": "1", "torch": "t", "triton": "tr"},
-              "copy_bandwidth_bytes_per_s": 2.0e12, "page": 64, "input_dtype": "bfloat16",
+              "read_write_bytes_per_s": 2.0e12, "page": 64, "input_dtype": "bfloat16",
               "timing": "CUDA-graph replay median, us per call"}
     result["verdicts"] = bench.evaluate_targets(result)
     lines = bench.format_table(result).splitlines()
@@ -88,7 +88,7 @@ def test_cache_pages_default_and_serving_sizes():
     assert bench.cache_pages(1024, 8, 128, 64, cache_gib=4) == 65536
     # a size smaller than the default keeps the default
     assert bench.cache_pages(262144, 1, 256, 64, cache_gib=0.001) == 5124
-    result = {"rows": [], "device": {}, "copy_bandwidth_bytes_per_s": 1e12, "page": 64, "input_dtype": "bfloat16",
+    result = {"rows": [], "device": {}, "read_write_bytes_per_s": 1e12, "page": 64, "input_dtype": "bfloat16",
               "timing": "t", "cache_gib": 4.0}
     assert bench.format_table(result).splitlines()[2] == "caches: at least 4 GiB per buffer, slots spread over it"
 

@@ -12,7 +12,16 @@ same data in SGLang's NHD token layout, then times, as CUDA-graph replay medians
   a candidate list; the fastest is reported.
 
 Throughput is KV bytes read (K + V of every context token, plus q / out / block
-table) per second, as a fraction of the measured device copy bandwidth.
+table) per second, as a fraction of the measured read rate: a sum over one
+buffer by a kernel on the compute units (:mod:`sglang_kv5d.bench.bandwidth`).
+A decode reads the cache and writes a few rows, so reading is its floor. (The
+copy bandwidth used before was a ``copy_`` in a CUDA graph, which the copy
+engine runs as a memcpy node at about 0.63x of that rate on an H200.)
+
+On ROCm with aiter importable, each row also times aiter's ``pa_decode_gluon``
+on the same 5D cache, with the overlay's aiter arguments and split rule
+(:mod:`sglang_kv5d.bench.aiter_peers`); when aiter is not importable the result
+says why. On CUDA there is no aiter peer.
 
 The peer is imported from an installed SGLang, else from a copy made by
 ``scripts/gpu/attention_prepare_peer.py`` (``SGLANG_KV5D_PEER_PATH`` or
@@ -184,7 +193,9 @@ def _kv_bytes(bs, ctx, H_q, H_kv, D, elem):
     return kv + qo + table
 
 
-def run_row(bs, ctx, geom, kv, *, bw, peer, device="cuda", peer_splits=PEER_SPLITS, check=True):
+def run_row(bs, ctx, geom, kv, *, bw, peer, device="cuda", peer_splits=PEER_SPLITS, check=True, aiter=None):
+    """One row. ``bw``: the read rate (bytes/s) the fractions are of; ``peer``:
+    SGLang's decode or None; ``aiter``: ``aiter_peers.load()``'s result or None."""
     import torch
 
     from sglang_kv5d.kernels.attention_5d import decode_attention_5d
@@ -210,7 +221,7 @@ def run_row(bs, ctx, geom, kv, *, bw, peer, device="cuda", peer_splits=PEER_SPLI
     ours_us = _time(ours, est)
     row = dict(
         kv=kv, H_q=H_q, H_kv=H_kv, D=D, bs=bs, ctx=ctx, page=PAGE, bytes=nbytes,
-        ours_us=ours_us, ours_bw_fraction=nbytes / (ours_us * 1e-6) / bw,
+        ours_us=ours_us, ours_read_fraction=nbytes / (ours_us * 1e-6) / bw,
     )
     info = {}
     decode_attention_5d(
@@ -238,7 +249,7 @@ def run_row(bs, ctx, geom, kv, *, bw, peer, device="cuda", peer_splits=PEER_SPLI
         best = fastest(tried)
         if best is not None:
             row["peer_us"], row["peer_splits"] = best
-            row["peer_bw_fraction"] = nbytes / (best[0] * 1e-6) / bw
+            row["peer_read_fraction"] = nbytes / (best[0] * 1e-6) / bw
             row["speedup_vs_peer"] = best[0] / ours_us
             if check:
                 fn = peer_call(peer, q, *nhd, out_peer, best[1], sm_scale)
@@ -247,6 +258,8 @@ def run_row(bs, ctx, geom, kv, *, bw, peer, device="cuda", peer_splits=PEER_SPLI
                 torch.cuda.synchronize()
                 row["max_abs_diff_vs_peer"] = float((out.float() - out_peer.float()).abs().max())
         del nhd
+    if aiter is not None and not isinstance(aiter.get("pa_decode_gluon"), str):
+        _aiter_decode(row, aiter, case, q, out, ours, sm_scale, scale, nbytes, bw, est, check)
     if check:
         from sglang_kv5d.kernels.attention_reference import decode_attention_5d_ref
 
@@ -261,12 +274,43 @@ def run_row(bs, ctx, geom, kv, *, bw, peer, device="cuda", peer_splits=PEER_SPLI
     return row
 
 
+def _aiter_decode(row, aiter, case, q, out, ours, sm_scale, scale, nbytes, bw, est, check):
+    """aiter's pa_decode_gluon on the row's 5D cache (the overlay's arguments and splits)."""
+    import torch
+
+    from sglang_kv5d.bench import aiter_peers
+
+    out_aiter = torch.empty_like(q)
+    try:
+        fn, splits, reinterpreted = aiter_peers.decode_callable(
+            aiter, q, case["k5"], case["v5"], case["bt"], case["ctx"], out_aiter, sm_scale=sm_scale,
+            k_scale=scale, v_scale=scale)
+        fn()
+        torch.cuda.synchronize()
+        row["aiter_us"] = _time(fn, est)
+    except Exception as exc:  # noqa: BLE001 - reported in the row
+        row["aiter_note"] = "failed: " + aiter_peers.error_line(exc)
+        return
+    row["aiter_splits"] = splits
+    row["aiter_read_fraction"] = nbytes / (row["aiter_us"] * 1e-6) / bw
+    row["speedup_vs_aiter"] = row["aiter_us"] / row["ours_us"]
+    if reinterpreted:
+        row["aiter_note"] = "fp8 cache bytes read as aiter's fp8 type (timing only, no comparison)"
+    elif check:
+        fn()
+        ours()
+        torch.cuda.synchronize()
+        row["max_abs_diff_vs_aiter"] = float((out.float() - out_aiter.float()).abs().max())
+
+
 def evaluate_targets(row) -> dict:
     t = {}
     if "peer_us" in row:
         t["ge_peer"] = row["ours_us"] <= row["peer_us"] * 1.0
+    if "aiter_us" in row:
+        t["ge_aiter"] = row["ours_us"] <= row["aiter_us"]
     if row["bs"] * row["ctx"] >= TARGET_BW_TOKENS:
-        t["bw_ge_70pct"] = row["ours_bw_fraction"] >= TARGET_BW_FRACTION
+        t["read_ge_70pct"] = row["ours_read_fraction"] >= TARGET_BW_FRACTION
     if row["bs"] == 1 and row["ctx"] >= 8192 and "peer_us" in row:
         t["bs1_3x_peer"] = row["peer_us"] / row["ours_us"] >= TARGET_BS1_SPEEDUP
     return t
@@ -277,29 +321,33 @@ def run(device: str = "cuda", progress: Optional[Callable[[str], None]] = None, 
     """Run the whole table. Returns a JSON-serialisable dict."""
     import torch
 
-    from sglang_kv5d.bench.common import copy_bandwidth_bytes_per_s, device_description
+    from sglang_kv5d.bench import aiter_peers
+    from sglang_kv5d.bench.common import device_description, memory_rates
 
     if not torch.cuda.is_available():
         raise RuntimeError("the attention benchmark needs a GPU")
     say = progress or (lambda s: None)
     info = device_description(device if device != "cuda" else None)
-    bw = copy_bandwidth_bytes_per_s(device)
+    rates = memory_rates(device)
+    bw = rates.read
     try:
         peer, peer_src = load_peer()
     except Exception as exc:
         peer, peer_src = None, f"unavailable: {exc}"
-    say(f"copy bandwidth {bw / 1e9:.0f} GB/s; peer: {peer_src}")
+    aiter = aiter_peers.load()
+    aiter_src = aiter_peers.describe(aiter, "pa_decode_gluon")
+    say(f"read rate {bw / 1e9:.0f} GB/s; peer: {peer_src}; aiter peer: {aiter_src}")
     rows = []
     t0 = time.time()
     for kv in kv_dtypes or KV_DTYPES:
         for geom in geometries or GEOMETRIES:
             for bs in batches or BATCHES:
                 for ctx in contexts or CONTEXTS:
-                    row = run_row(bs, ctx, geom, kv, bw=bw, peer=peer, device=device)
+                    row = run_row(bs, ctx, geom, kv, bw=bw, peer=peer, device=device, aiter=aiter or None)
                     rows.append(row)
                     say(
                         f"[{time.time() - t0:6.1f}s] {kv} {geom[0]}/{geom[1]} D{geom[2]} bs{bs} ctx{ctx}: "
-                        f"ours {row['ours_us']:.1f}us ({100 * row['ours_bw_fraction']:.0f}% bw) "
+                        f"ours {row['ours_us']:.1f}us ({100 * row['ours_read_fraction']:.0f}% read rate) "
                         f"peer {row.get('peer_us', float('nan')):.1f}us"
                     )
     summary = summarize(rows)
@@ -307,8 +355,10 @@ def run(device: str = "cuda", progress: Optional[Callable[[str], None]] = None, 
         benchmark="decode_attention_5d",
         date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         device=info,
-        copy_bandwidth_bytes_per_s=bw,
+        rates=rates.to_dict(),
+        read_bytes_per_s=bw,
         peer=peer_src,
+        aiter_peer=aiter_src,
         page=PAGE,
         rows=rows,
         summary=summary,
@@ -317,7 +367,7 @@ def run(device: str = "cuda", progress: Optional[Callable[[str], None]] = None, 
 
 def summarize(rows) -> dict:
     s = {}
-    for key in ("ge_peer", "bw_ge_70pct", "bs1_3x_peer"):
+    for key in ("ge_peer", "ge_aiter", "read_ge_70pct", "bs1_3x_peer"):
         vals = [r["targets"][key] for r in rows if key in r.get("targets", {})]
         s[key] = dict(met=sum(vals), of=len(vals))
     return s
@@ -325,30 +375,38 @@ def summarize(rows) -> dict:
 
 def format_table(result: dict) -> str:
     dev = result.get("device", {})
-    bw = result.get("copy_bandwidth_bytes_per_s", 0.0)
+    bw = result.get("read_bytes_per_s", 0.0)
+    aiter_src = result.get("aiter_peer", "none")
     lines = [
-        f"decode_attention_5d vs SGLang Triton decode ({result.get('peer', '?')})",
+        f"decode_attention_5d vs SGLang Triton decode ({result.get('peer', '?')}); aiter peer: {aiter_src}",
         f"{dev.get('gpu', '?')} driver {dev.get('driver', '?')}, torch {dev.get('torch', '?')}, "
-        f"triton {dev.get('triton', '?')}; copy bandwidth {bw / 1e9:.0f} GB/s; page {result.get('page')}",
+        f"triton {dev.get('triton', '?')}; read rate {bw / 1e9:.0f} GB/s (a sum kernel on the compute units); "
+        f"page {result.get('page')}",
         "",
-        "| KV | H_q/H_kv | D | bs | ctx | ours us | ours % copy BW | splits | peer us (splits) | peer % BW | speedup | targets |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| KV | H_q/H_kv | D | bs | ctx | ours us | ours % read | splits | SGLang us (splits) | SGLang % read "
+        "| vs SGLang | aiter us (splits) | aiter % read | vs aiter | targets |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    nan = float("nan")
     for r in result.get("rows", []):
         t = r.get("targets", {})
         marks = ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in t.items())
-        peer = (
-            f"{r['peer_us']:.1f} ({r['peer_splits']})" if "peer_us" in r else "n/a"
-        )
+        peer = f"{r['peer_us']:.1f} ({r['peer_splits']})" if "peer_us" in r else "n/a"
+        aiter = f"{r['aiter_us']:.1f} ({r['aiter_splits']})" if "aiter_us" in r else (
+            "failed" if "aiter_note" in r else "n/a")
         lines.append(
             f"| {r['kv']} | {r['H_q']}/{r['H_kv']} | {r['D']} | {r['bs']} | {r['ctx']} | "
-            f"{r['ours_us']:.1f} | {100 * r['ours_bw_fraction']:.1f}% | {r.get('ours_splits', '')} | {peer} | "
-            f"{100 * r.get('peer_bw_fraction', float('nan')):.1f}% | "
-            f"{r.get('speedup_vs_peer', float('nan')):.2f}x | {marks} |"
+            f"{r['ours_us']:.1f} | {100 * r['ours_read_fraction']:.1f}% | {r.get('ours_splits', '')} | {peer} | "
+            f"{100 * r.get('peer_read_fraction', nan):.1f}% | {r.get('speedup_vs_peer', nan):.2f}x | {aiter} | "
+            f"{100 * r.get('aiter_read_fraction', nan):.1f}% | {r.get('speedup_vs_aiter', nan):.2f}x | {marks} |"
         )
+    notes = sorted({r["aiter_note"] for r in result.get("rows", []) if "aiter_note" in r})
+    for n in notes:
+        lines.append(f"aiter: {n}")
+    lines.append("")
+    lines.append("% read = bytes read / time / read rate; vs X = X's time / ours (above 1: ours is faster)")
     s = result.get("summary", {})
     if s:
-        lines.append("")
         lines.append(
             "targets: "
             + "; ".join(f"{k}: {v['met']}/{v['of']} rows met" for k, v in s.items())

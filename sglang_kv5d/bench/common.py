@@ -5,6 +5,9 @@ into a graph holding ``inner`` back-to-back calls, the graph is replayed
 ``reps`` times between CUDA events, and the per-call time is the median replay
 time divided by ``inner``. This removes Python and launch overhead the same way
 for every contender, so ratios between them are fair.
+
+Byte floors come from :func:`memory_rates` (kernels on the compute units:
+read, write, copy; see :mod:`sglang_kv5d.bench.bandwidth`).
 """
 
 from __future__ import annotations
@@ -80,17 +83,20 @@ def eager_median_us(fn: Callable[[], object], *, reps: int = 20, warmup: int = 3
     return statistics.median(times)
 
 
-def copy_bandwidth_bytes_per_s(device=None, nbytes: int = 1 << 30) -> float:
-    """Measured device-to-device copy bandwidth (bytes read + bytes written per second).
+def memory_rates(device=None, nbytes: int = 1 << 30):
+    """Read, write and read+write (copy) rates of kernels on the compute units
+    (:class:`sglang_kv5d.bench.bandwidth.Rates`). These are the byte floors:
+    decode against the read rate, KV writes against the copy rate."""
+    from sglang_kv5d.bench import bandwidth
 
-    The byte floor of a kernel is (bytes it must read + bytes it must write)
-    divided by this number.
-    """
-    torch = _torch()
-    src = torch.empty(nbytes, dtype=torch.uint8, device=device or "cuda")
-    dst = torch.empty_like(src)
-    us = graph_replay_median_us(lambda: dst.copy_(src), inner=5, reps=15)
-    return 2.0 * nbytes / (us * 1e-6)
+    return bandwidth.measure(device, nbytes)
+
+
+def copy_bandwidth_bytes_per_s(device=None, nbytes: int = 1 << 30) -> float:
+    """Bytes read + bytes written per second by a copy kernel on the compute
+    units (not ``Tensor.copy_``: in a CUDA graph that is a copy-engine memcpy
+    node, about 0.63x of what the compute units move on an H200)."""
+    return memory_rates(device, nbytes).copy
 
 
 def device_description(device=None) -> dict:

@@ -19,9 +19,17 @@ Contenders, per (geometry, layout, cache dtype, T):
                layout-bound: writing that layout's bytes for those slots costs
                more than the target allows, before anything is read or computed
 
+    aiter      (ROCm, 5D rows, when aiter imports) aiter's own 5D writer:
+               ``reshape_and_cache(..., kv_cache_dtype="fp8", asm_layout=True)``
+               with per-tensor scales (sglang_kv5d.bench.aiter_peers); without
+               aiter the result names why
+
 All timings are CUDA-graph replay medians (sglang_kv5d.bench.common). The byte
-floor is (bytes read + bytes written) / measured device copy bandwidth, with
-bytes read = K and V inputs + loc and bytes written = the FP8 K and V.
+floor is (bytes read + bytes written) / the read+write rate of a copy kernel on
+the compute units (sglang_kv5d.bench.bandwidth), with bytes read = K and V
+inputs + loc and bytes written = the FP8 K and V. (A ``copy_`` in a CUDA graph
+is a copy-engine memcpy, about 0.63x of that rate on an H200: floors from it
+were 1.57x too long and every xfloor ratio that much too kind.)
 
 Slot ids: decode sizes (T <= 128) get distinct random slots; larger T get
 prefill-like runs of consecutive slots (1024..4096 tokens each, each run
@@ -212,9 +220,16 @@ def run(
 
     info = common.device_description(dev)
     say(f"device: {info.get('gpu')} driver {info.get('driver')} torch {info['torch']} triton {info['triton']}")
-    bw = common.copy_bandwidth_bytes_per_s(dev)
-    say(f"copy bandwidth: {bw / 1e9:.0f} GB/s (read + write)")
+    from sglang_kv5d.bench import aiter_peers, bandwidth
+
+    rates = common.memory_rates(dev)
+    bw = rates.copy
+    say(f"read+write rate: {bw / 1e9:.0f} GB/s (copy kernel); read {rates.read / 1e9:.0f}, "
+        f"write {rates.write / 1e9:.0f} GB/s")
     peers = _import_peers()
+    aiter = aiter_peers.load()
+    aiter_src = aiter_peers.describe(aiter, "reshape_and_cache")
+    say(f"peer aiter: {aiter_src}")
     for name in ("shuffle_5d", "flash"):
         if isinstance(peers[name], str):
             say(f"peer {name}: {peers[name]}")
@@ -224,7 +239,8 @@ def run(
     result = {
         "benchmark": "fp8_write",
         "device": info,
-        "copy_bandwidth_bytes_per_s": bw,
+        "rates": rates.to_dict(),
+        "read_write_bytes_per_s": bw,
         "page": page,
         "input_dtype": input_dtype,
         "cache_gib": cache_gib,
@@ -240,7 +256,7 @@ def run(
             k: (v if isinstance(v, str) else peers.get(k + "_module"))
             for k, v in peers.items()
             if not k.endswith("_module")
-        },
+        } | {"aiter": aiter_src},
         "targets": dict(TARGETS),
         "rows": [],
     }
@@ -267,7 +283,7 @@ def run(
             one = torch.tensor([1.0], device=dev)
             in_bytes = T * H * (DK + DV) * k.element_size() + T * loc.element_size()
             out_bytes = T * H * (DK + DV)
-            floor_us = (in_bytes + out_bytes) / bw * 1e6
+            floor_us = bandwidth.floor_us("write", in_bytes, out_bytes, rates)
             for cdt_name in cache_dtypes:
                 cdt = getattr(torch, cdt_name)
                 flash_us, flash_note = None, None
@@ -330,6 +346,15 @@ def run(
                             unfused_us = _time(run_unfused, T)
                         except Exception as exc:  # noqa: BLE001
                             unfused_note = f"failed on {cdt_name}: {_error_line(exc)}"
+                    aiter_us, aiter_note = None, None
+                    if layout == "5d" and aiter_peers.available(aiter, "reshape_and_cache"):
+                        try:
+                            aiter_us = _time(aiter_peers.write_callable(aiter, k, v, kc, vc, loc, k_scale=ks,
+                                                                        v_scale=vs), T)
+                        except Exception as exc:  # noqa: BLE001 - reported in the row
+                            aiter_note = f"failed on {cdt_name}: {_error_line(exc)}"
+                    elif layout == "5d" and aiter:
+                        aiter_note = aiter_src
                     del k2, v2, kc, vc, kct, vct
 
                     row = {
@@ -357,7 +382,11 @@ def run(
                         "store_block_s": store_block,
                         "fused_vs_store": fused_us / store_us,
                         "store_vs_flash": (store_us / flash_us) if flash_us else None,
+                        "aiter_us": aiter_us,
+                        "fused_vs_aiter": (fused_us / aiter_us) if aiter_us else None,
                     }
+                    if aiter_note:
+                        row["aiter_note"] = aiter_note
                     if unfused_note:
                         row["unfused_note"] = unfused_note
                     if flash_note:
@@ -452,7 +481,8 @@ def format_table(result: dict) -> str:
     lines = [
         f"fused FP8 KV write - {dev.get('gpu', '?')} (driver {dev.get('driver', '?')}), "
         f"torch {dev.get('torch', '?')}, triton {dev.get('triton', '?')}",
-        f"copy bandwidth {result['copy_bandwidth_bytes_per_s'] / 1e9:.0f} GB/s (read+write); "
+        f"floor rate {result['read_write_bytes_per_s'] / 1e9:.0f} GB/s (read+write, a copy kernel on the "
+        f"compute units); "
         f"page {result['page']}; inputs {result['input_dtype']}; {result['timing']}",
         "caches: " + (f"at least {result['cache_gib']:g} GiB per buffer, slots spread over it"
                       if result.get("cache_gib") else "about 1.25 x T slots per buffer (written lines stay in L2)"),
@@ -474,13 +504,23 @@ def format_table(result: dict) -> str:
             f"{_f(r.get('store_us'), '8.2f'):>8} {_f(r.get('fused_vs_store'), '7.2f'):>7} "
             f"{_f(r.get('store_vs_flash'), '7.3f'):>7}"
         )
-    notes = sorted({(k, r[k]) for r in result["rows"] for k in ("unfused_note", "flash_note") if k in r})
+    if any(r.get("aiter_us") for r in result["rows"]):
+        lines.append("")
+        lines.append("aiter's 5D writer (reshape_and_cache, asm_layout=True, fp8, per-tensor scales):")
+        for r in result["rows"]:
+            if r.get("aiter_us"):
+                lines.append(f"  {_row_id(r)} {r['cache_dtype'].replace('float8_', '')}: aiter {r['aiter_us']:.2f} us, "
+                             f"fused / aiter {r['fused_vs_aiter']:.3f}")
+    notes = sorted({(k, r[k]) for r in result["rows"] for k in ("unfused_note", "flash_note", "aiter_note")
+                    if k in r})
     if notes:
         lines.append("")
         for k, n in notes:
             lines.append(f"{k.replace('_note', '')}: {n}")
     lines.append("")
-    lines.append("times in us per call; xfloor = time / byte floor; speedup = unfused / fused; "
+    lines.append("times in us per call; floor = (bytes read + written) / read+write rate; xfloor = time / floor; "
+                 "unfused = SGLang's set_kv_buffer path (div, cast, its shuffle_5d writer or index_put); "
+                 "speedup = unfused / fused; "
                  "f/flash = fused / flash (flash measured on an NHD cache); store = the row's layout "
                  "written with a constant, nothing read or computed (5D groups found beforehand); "
                  "f/store = fused / store; s/flash = store / flash")

@@ -35,10 +35,14 @@ def _finite(ctx, param, value):
 def bench(what: str, as_json: bool, out_path, device: str, cache_gib: float) -> None:
     """Benchmark the kernels against their peers on this GPU (CUDA or ROCm).
 
-    Measures the device copy bandwidth (the byte floor), then each kernel and
-    the peers that can run here (SGLang's upstream unfused FP8 write and its
-    writer / decode kernels when importable), with CUDA-graph replay medians,
-    and prints ratios to the floor and to each peer. The FP8 write also gets
+    Measures the memory rates with kernels on the compute units (read, write,
+    read+write: the byte floors; decode is held against the read rate, the
+    FP8 write against read+write), then each kernel and the peers that can run
+    here (SGLang's upstream unfused FP8 write and its writer / decode kernels
+    when importable; on ROCm also aiter's pa_decode_gluon and its 5D
+    reshape_and_cache, each named with its failure when aiter is not
+    importable), with CUDA-graph replay medians, and prints ratios to the
+    floor and to each peer. The FP8 write also gets
     the store floor of each row's layout (its bytes written with a constant,
     nothing read): a row whose store floor alone misses a target is marked
     layout-bound. Progress goes to stderr. Needs a GPU; exits 2 without one.
