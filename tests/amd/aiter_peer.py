@@ -13,7 +13,9 @@ options. Each recorded launch is then compiled for ``GPUTarget("hip", arch, 64)`
 with the argument specialisation of Triton's own JIT binder built for the HIP
 backend (16-divisibility of aligned pointers and multiples of 16, integers equal
 to 1 as constants), with the 32-bit pointer-range attribute put on every tensor
-argument or taken off (``pointer_range_32``).
+argument or taken off (``pointer_range_32``; on is what the JIT does from
+Triton 3.6 for tensors under 2 GiB). Whether the buffer-ops pass then runs is
+that Triton's own ``AMDGCN_USE_BUFFER_OPS`` default (off on 3.5.1).
 
 What cannot run on a CPU is stubbed, and only that:
 
@@ -26,21 +28,30 @@ What cannot run on a CPU is stubbed, and only that:
   real files.
 * ``torch.cuda.get_device_properties`` (read by ``get_recommended_splits``):
   answers the target's CU count (gfx942 304, gfx950 256).
-* FlyDSL: absent here, and the wrapper's FlyDSL reduce branch evaluates
-  ``fx.Stream`` before it can raise ``ImportError``; a stand-in raises
-  ``ImportError`` on any use, so the wrapper takes its own fallback, the Triton
-  ``paged_attention_decode_ps_reduce_kernel``. On a ROCm server with aiter's
-  C++ extensions built, that reduce runs as aiter's C++/HIP kernel instead
-  (``csrc/cpp_itfs/pa/pa_ps``), which no Triton can compile; the Triton reduce
-  is what the wrapper launches where that is missing.
+* FlyDSL: absent here, so the wrapper's ``fx`` is None and its FlyDSL reduce
+  branch fails with ``AttributeError`` on ``fx.Stream(None)``, which its
+  ``except ImportError`` does not catch. A stand-in raises ``ImportError`` on
+  any use instead, so the wrapper takes its own fallback, the Triton
+  ``paged_attention_decode_ps_reduce_kernel``. Where aiter's
+  ``csrc.cpp_itfs.pa.pa_ps`` imports (a HIP C++ reduce built from a template at
+  first use), the wrapper runs that instead, and no Triton compiles it; the
+  Triton reduce is what the wrapper launches where neither the C++ nor the
+  FlyDSL reduce is there.
+
+Compile in a process that imported Triton without ``TRITON_INTERPRET=1`` (the
+interpreter turns Triton's own library functions into interpreter-only
+objects at import; tests/conftest.py sets it on CPU machines). In such a
+process the API raises :class:`PeerUnavailable`; the command below always
+compiles.
 
 Tensors are on the ``meta`` device: the wrapper only reads shapes, strides and
 dtypes, and the JIT binder sees pointer 0 (aligned) and storage sizes.
 
-Run one configuration in a separate interpreter (e.g. another unpacked Triton on
-``PYTHONPATH``) and get JSON lines of figures::
+Compile the matrix (gfx942,gfx950 x fp8,bf16 x 4/1,16/2 at D=256, page 64, or a
+part of it) in a fresh interpreter, with another unpacked Triton on
+``PYTHONPATH`` if wanted, and get one JSON line of figures per kernel::
 
-    python -m tests.amd.aiter_peer --arch gfx942 --kv fp8 --heads 4/1
+    python -m tests.amd.aiter_peer [--arch gfx942] [--kv fp8] [--heads 4/1] [--no-pointer-range]
 """
 
 from __future__ import annotations
@@ -63,8 +74,6 @@ TARGETS = {
 }
 WARP_SIZE = 64
 KV_KINDS = ("fp8", "bf16")
-#: The overlay's ``CONTEXT_PARTITION_SIZE`` (sglang_kv5d/attention.py).
-CONTEXT_PARTITION_SIZE = 256
 AITER_COMMIT_DIR = "main-e4048607"
 DEFAULT_AITER_ROOT = Path(__file__).resolve().parents[2].parent / "shared" / "aiter-src" / AITER_COMMIT_DIR
 
@@ -283,7 +292,8 @@ def _load(arch: str, root: Path) -> _Peer:
 
 def _jit_functions(module):
     from triton.runtime.jit import JITFunction
-    return {name: fn for name, fn in vars(module).items() if isinstance(fn, JITFunction)}
+    return {name: fn for name, fn in vars(module).items()
+            if isinstance(fn, JITFunction) and fn.module == module.__name__}  # aiter's kernels, not Triton's
 
 
 @contextlib.contextmanager
@@ -403,6 +413,8 @@ def compile_pa_decode_gluon(arch: str, *, num_q_heads: int, num_kv_heads: int, h
     from triton.backends.compiler import GPUTarget
     from triton.compiler.errors import CompilationError
 
+    from sglang_kv5d import attention as overlay
+
     mod = peer.module
     t = _meta_inputs(torch, arch, num_q_heads, num_kv_heads, head_dim, page, kv, batch, context)
     fp8 = kv == "fp8"
@@ -418,12 +430,12 @@ def compile_pa_decode_gluon(arch: str, *, num_q_heads: int, num_kv_heads: int, h
             output=t["output"], query=t["query"], key_cache=t["key_cache"], value_cache=t["value_cache"],
             context_lengths=t["context_lengths"], block_tables=t["block_tables"],
             softmax_scale=float(head_dim) ** -0.5, query_length=1, max_context_partition_num=splits,
-            context_partition_size=CONTEXT_PARTITION_SIZE, compute_type=torch.bfloat16,
+            context_partition_size=overlay.CONTEXT_PARTITION_SIZE, compute_type=torch.bfloat16,
             query_scale=None, key_scale=key_scale, value_scale=value_scale,
             exp_sums=exp_sums, max_logits=torch.empty_like(exp_sums),
             temporary_output=torch.empty((batch, num_kv_heads, splits, group, head_dim),
                                          dtype=t["output"].dtype, device="meta"),
-            alibi_slopes=None, sinks=None, sliding_window=0, ps=True,
+            alibi_slopes=None, sinks=None, sliding_window=overlay.decode_sliding_window_arg(-1), ps=True,
         )
     if not recorded:
         raise PeerUnavailable("aiter's pa_decode_gluon launched no Triton/Gluon kernel for this call")
