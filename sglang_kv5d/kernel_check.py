@@ -90,6 +90,9 @@ _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 FP8_WRITE_TOKENS = (1, 2, 16, 256, 4096, 8192)
 #: Under the CPU interpreter nothing is compiled: one launch shows the path works.
 FP8_WRITE_TOKENS_INTERPRETER = (1,)
+#: Decode is also checked with a block table this many tokens wide (split
+#: kernel and reduction; the split count follows from the table's width).
+DECODE_WIDE_TOKENS = 4096
 #: Scratch tensors of one check stay below this (the pool has taken most of
 #: the device memory by then); larger token counts are left to first use.
 SCRATCH_BYTES_MAX = 256 << 20
@@ -390,7 +393,14 @@ def check_attention(*, q_dtype, kv_dtype, cache_dtype, page: int, x: int, q_head
                 q = torch.zeros((1, q_heads, head_dim), dtype=q_dtype, device=dev)
                 out = torch.empty((1, q_heads, v_head_dim), dtype=q_dtype, device=dev)
                 lens = torch.tensor([n], dtype=torch.int64, device=dev)  # SGLang's seq_lens dtype
-                kernels.decode_attention_5d(q, kc, vc, table, lens, num_splits=None, out=out, **common)
+                # a short table (one split: the direct kernel) and a wide one
+                # (several splits: the split kernel and its reduction); the
+                # split count follows from the table's width, the extra
+                # entries point at block 0
+                wide = torch.zeros((1, DECODE_WIDE_TOKENS // page), dtype=torch.int32, device=dev)
+                wide[0, 1] = 1
+                for t in (table, wide):
+                    kernels.decode_attention_5d(q, kc, vc, t, lens, num_splits=None, out=out, **common)
             else:
                 q = torch.zeros((3, q_heads, head_dim), dtype=q_dtype, device=dev)
                 out = torch.empty((3, q_heads, v_head_dim), dtype=q_dtype, device=dev)
@@ -401,7 +411,8 @@ def check_attention(*, q_dtype, kv_dtype, cache_dtype, page: int, x: int, q_head
         except Exception as exc:
             error = record_failure(kernel, key, exc, shapes=attention_shapes(key), device=dev,
                                    fallback=fallback or "no other 5D attention path", when=when)
-        result = CheckResult(kernel, key, error is None, error, time.perf_counter() - start, ("1 block table",))
+        variants = ("2 and %d table entries" % (DECODE_WIDE_TOKENS // page),) if kernel == DECODE else ("2 table entries",)
+        result = CheckResult(kernel, key, error is None, error, time.perf_counter() - start, variants)
         with _lock:
             _checked[(kernel, key)] = result
         if error is None:
