@@ -31,11 +31,12 @@ def test_doctor_json_reports_every_check_and_passes_here():
 
 
 def test_doctor_flags_plugin_filter_and_fails_on_refused_sglang(tmp_path):
-    fake = tmp_path / "sglang-0.5.9.dist-info"
-    fake.mkdir()
-    (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.9\n")
+    from tests.test_rules import _fake_sglang_version  # the installed SGLang relabelled 0.5.9
+
+    fake = _fake_sglang_version(str(tmp_path), "0.5.9")
+    pythonpath = os.pathsep.join([fake] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
     proc = _run(["doctor", "--json", "--no-spawn"],
-                env={"PYTHONPATH": str(tmp_path), "SGLANG_PLUGINS": "someone-else"})
+                env={"PYTHONPATH": pythonpath, "SGLANG_PLUGINS": "someone-else"})
     checks = {c["name"]: c for c in json.loads(proc.stdout)}
     assert proc.returncode == 1, proc.stdout
     assert checks["sglang"]["status"] == "fail" and "too old" in checks["sglang"]["detail"]

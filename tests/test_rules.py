@@ -151,14 +151,33 @@ def test_kv5d001_real_subprocess_human_output():
     assert "KV5D001 error:" in p.stdout and "fix:" in p.stdout and "failed: 1 error(s)" in p.stdout
 
 
+_RELABEL_INIT = """
+import os as _os
+_REAL = {real!r}
+__path__.append(_REAL)  # every submodule but _version comes from the real SGLang
+with open(_os.path.join(_REAL, "__init__.py"), encoding="utf-8") as _fh:
+    exec(compile(_fh.read(), _os.path.join(_REAL, "__init__.py"), "exec"))
+"""
+
+
 def _fake_sglang_version(tmp: str, version: str) -> str:
-    """A directory whose sglang dist-info claims ``version`` (SGLang itself still
-    imports from the venv): importlib.metadata reads the first one on sys.path."""
+    """A directory holding the installed SGLang relabelled as ``version``: a
+    ``sglang`` package whose own ``_version.py`` and dist-info both say
+    ``version`` and whose other modules are the real ones. (sglang-kv5d reads
+    the version from the package first, so metadata alone no longer fakes it.)"""
+    from sglang_kv5d.versions import sglang_package_dir
+
     d = os.path.join(tmp, version)
     info = os.path.join(d, f"sglang-{version}.dist-info")
     os.makedirs(info)
     with open(os.path.join(info, "METADATA"), "w") as fh:
         fh.write(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+    pkg = os.path.join(d, "sglang")
+    os.makedirs(pkg)
+    with open(os.path.join(pkg, "__init__.py"), "w") as fh:
+        fh.write(_RELABEL_INIT.format(real=sglang_package_dir()))
+    with open(os.path.join(pkg, "_version.py"), "w") as fh:
+        fh.write(f"__version__ = version = {version!r}\n")
     return d
 
 
@@ -227,8 +246,21 @@ def test_docs_rules_md_is_generated_from_the_registry():
 
 
 def test_rule_ids_and_severities_are_stable():
-    assert sorted(rules.RULES) == [f"KV5D{i:03d}" for i in range(1, 13)]
-    assert {r for r, v in rules.RULES.items() if v.severity == "warning"} == {"KV5D012"}
+    assert sorted(rules.RULES) == [f"KV5D{i:03d}" for i in range(1, 15)]
+    assert {r for r, v in rules.RULES.items() if v.severity == "warning"} == {"KV5D012", "KV5D014"}
+    assert all(r.fix for r in rules.RULES.values())  # --explain and docs/rules.md show a fix for each
+
+
+def test_readme_tables_are_generated_from_the_registries():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    assert text == rules.render_readme(text), (
+        "README.md's rules/switches tables are stale: run `python -m sglang_kv5d.rules --update-readme README.md`"
+    )
+    from sglang_kv5d import config
+
+    for name in config.SWITCHES:  # every registry entry has a row
+        assert f"| `{name}` |" in text, name
 
 
 def test_vector_x():
