@@ -18,7 +18,17 @@ What runs, with the overlay active in this process:
 Each attention output is compared with a float64 reference computed from the
 logical K/V the "model" produced (quantised to fp8 with the stated semantics
 where the pool is fp8), independent of the cache layout, so a wrong write, a
-wrong read, a wrong mask or a wrong sub-pool fails. SGLang's aiter pool layout
+wrong read, a wrong mask or a wrong sub-pool fails.
+
+On ROCm with aiter usable the requests run twice, once on each attention path
+(``aiter``, then ``triton``: the portable kernels), fresh pools and the same
+seeded requests, each against float64, and the report says what served each
+path (aiter, or portable for the configurations aiter could not run). For
+the aiter path over the fp8 pool, the extend reference follows that path's
+numerics: a batch without prefixes attends over the new bf16 K/V (no cache
+read), otherwise over the cache with the query quantized per tensor to fp8
+(aiter's batch prefill takes q, k and v of one dtype). On CUDA and CPU one
+run, as SGLANG_KV5D_ATTN_IMPL selects. SGLang's aiter pool layout
 is only chosen on ROCm (``memory_pool._use_aiter``), so on other devices the
 selftest switches it on for its own pools.
 
@@ -250,8 +260,12 @@ def _logical(x, fp8_dtype, scale):
     return bits.view(fp8_dtype).to(torch.float64) * scale
 
 
-def run_selftest(geo: Geometry, device: str, progress: Optional[Callable[[str], None]] = None) -> dict:
-    """Run one configuration; returns a JSON-serialisable report."""
+def run_selftest(geo: Geometry, device: str, progress: Optional[Callable[[str], None]] = None, *,
+                 both_paths: Optional[bool] = None) -> dict:
+    """Run one configuration; returns a JSON-serialisable report.
+
+    ``both_paths``: run the aiter and the portable path (None: on ROCm when
+    aiter is usable; see :func:`attention_paths`)."""
     say = progress or (lambda _m: None)
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -277,6 +291,96 @@ def run_selftest(geo: Geometry, device: str, progress: Optional[Callable[[str], 
         props = torch.cuda.get_device_properties(0)
         if getattr(props, "gcnArchName", "").startswith("gfx94"):
             fp8_dtype = torch.float8_e4m3fnuz
+    from . import attention as _attention
+
+    paths, why = attention_paths(device, both=both_paths)
+    say(f"attention paths: {', '.join(paths)} ({why})")
+    phases, failures, flags, path_info = [], [], {}, {}
+    saved = os.environ.get(_attention.ENV_IMPL)
+    try:
+        for path in paths:
+            if path != "default":
+                os.environ[_attention.ENV_IMPL] = path
+            _attention.reset_state()
+            p_phases, p_failures, flags = _run_path(geo, device, fp8_dtype, torch, mp, ab, say, path)
+            served = _served(path, _attention)
+            path_info[path] = served
+            for ph in p_phases:
+                ph["path"] = path
+            phases += p_phases
+            failures += [(f"[{path}] " if len(paths) > 1 else "") + f for f in p_failures]
+            say(f"path {path}: {served['ran']}")
+    finally:
+        if saved is None:
+            os.environ.pop(_attention.ENV_IMPL, None)
+        else:
+            os.environ[_attention.ENV_IMPL] = saved
+        _attention.reset_state()
+    for name, f in flags.items():
+        if not f["kv_cache_is_vectorized_5d"] or not f["decode_page_table"]:
+            failures.append(f"{name}: backend layout flags wrong: {f}")
+
+    return {
+        "ok": not failures,
+        "geometry": asdict(geo),
+        "device": device,
+        "fp8_dtype": str(fp8_dtype).replace("torch.", ""),
+        "attention_impl": _attention.selected_impl(),
+        "attention_paths": path_info,
+        "attention_paths_why": why,
+        "backend_flags": flags,
+        "phases": phases,
+        "failures": failures,
+        "sglang": status.sglang_version,
+        "patches": {p.name: p.state for p in status.patches},
+    }
+
+
+def attention_paths(device: str, *, both: Optional[bool] = None) -> Tuple[List[str], str]:
+    """Which attention paths the selftest runs, and why.
+
+    On ROCm with aiter usable (it imports and has pa_decode_gluon,
+    get_recommended_splits and mha_batch_prefill_func): both, ``aiter`` then
+    ``triton`` (the portable kernels), on the same requests, so the first
+    MI300/MI355 run checks each against float64. Elsewhere (CUDA, CPU, ROCm
+    without aiter): one run as SGLANG_KV5D_ATTN_IMPL selects ("default").
+    ``both`` forces the choice (tests emulate ROCm with the fake aiter).
+    """
+    from . import attention as _attention
+
+    if both is None:
+        import torch
+
+        rocm = device != "cpu" and bool(getattr(torch.version, "hip", None))
+        if not rocm:
+            return ["default"], f"not ROCm: {_attention.ENV_IMPL}={_attention.selected_impl()}"
+        both = True
+    if not both:
+        return ["default"], f"{_attention.ENV_IMPL}={_attention.selected_impl()}"
+    fns, err = _attention._aiter_functions(_attention._DECODE_FNS + _attention._EXTEND_FNS)
+    missing = [n for n in _attention._DECODE_FNS + _attention._EXTEND_FNS if n not in fns]
+    if err or missing:
+        _attention.reset_state()
+        why = f"aiter is not importable ({err})" if err else f"aiter has no {', '.join(missing)}"
+        return ["triton"], f"ROCm, but {why}: portable path only"
+    return ["aiter", "triton"], "ROCm with aiter: both paths on the same requests"
+
+
+def _served(path: str, _attention) -> dict:
+    """What served a path's calls: the configurations aiter could not run went portable."""
+    fallbacks = {_attention._key_text(k): why for k, why in _attention.fallback_configs().items()}
+    if path == "triton":
+        ran = "portable Triton kernels"
+    elif path == "aiter":
+        ran = "aiter" + (f", portable for {len(fallbacks)} configuration(s)" if fallbacks else "")
+    else:
+        impl = _attention.selected_impl()
+        ran = {"triton": "portable Triton kernels"}.get(impl, f"{impl} (aiter where usable, else portable)")
+    return {"ran": ran, "fallbacks": fallbacks}
+
+
+def _run_path(geo, device, fp8_dtype, torch, mp, ab, say, path):
+    """One pass of the requests through the patched attention; (phases, failures, flags)."""
     page = geo.page
     reqs: List[_Request] = []
     next_page = 0
@@ -359,7 +463,7 @@ def run_selftest(geo: Geometry, device: str, progress: Optional[Callable[[str], 
                     r.done = geo.prefix  # radix-cache hit: the prefix pages are reused, not rewritten
             batch.append((r, r.done, min(geo.chunk, r.length - r.done)))
         step += 1
-        _extend_step(batch, pools, model, geo, device, torch, ab, write_loc, result, compare, reqs)
+        _extend_step(batch, pools, model, geo, device, torch, ab, write_loc, result, compare, reqs, path)
         for r, start, n in batch:
             r.done = start + n
     say(f"prefill done in {step} chunked steps")
@@ -373,26 +477,10 @@ def run_selftest(geo: Geometry, device: str, progress: Optional[Callable[[str], 
 
     phases = [res.to_dict() for res in results.values()]
     failures = [f"{p['phase']}/{p['pool']}: {f}" for p in phases for f in p["failures"]]
-    for name, f in flags.items():
-        if not f["kv_cache_is_vectorized_5d"] or not f["decode_page_table"]:
-            failures.append(f"{name}: backend layout flags wrong: {f}")
-    from . import attention as _attention
-
-    return {
-        "ok": not failures,
-        "geometry": asdict(geo),
-        "device": device,
-        "fp8_dtype": str(fp8_dtype).replace("torch.", ""),
-        "attention_impl": _attention.selected_impl(),
-        "backend_flags": flags,
-        "phases": phases,
-        "failures": failures,
-        "sglang": status.sglang_version,
-        "patches": {p.name: p.state for p in status.patches},
-    }
+    return phases, failures, flags
 
 
-def _extend_step(batch, pools, model, geo, device, torch, ab, write_loc, result, compare, reqs):
+def _extend_step(batch, pools, model, geo, device, torch, ab, write_loc, result, compare, reqs, path):
     if not batch:
         return
     page = geo.page
@@ -438,16 +526,32 @@ def _extend_step(batch, pools, model, geo, device, torch, ab, write_loc, result,
             res.calls += 1
             res.tokens += q.shape[0]
             # reference, one request at a time
+            fresh = all(start == 0 for _, start, _ in batch)
+            q_ref = _aiter_extend_query(q, cfg["fp8"]) if path == "aiter" and cfg["fp8"] and not fresh else None
             row = 0
             for (r, start, n), q_r, k_r, v_r in zip(batch, qs, ks, vs):
                 lk, lv = cfg["kv"][(r.rid, lid)]
                 _extend_logical(cfg, r, lid, start, k_r, v_r, layer, reqs)
                 keys = torch.cat(cfg["kv"][(r.rid, lid)][0])[: start + n]
                 vals = torch.cat(cfg["kv"][(r.rid, lid)][1])[: start + n]
-                ref = reference_attention(q_r.cpu().double(), keys, vals, torch.arange(start, start + n),
+                if path == "aiter" and cfg["fp8"] and fresh:
+                    # aiter path, no request with a prefix: attention over the new bf16 k/v (no cache read)
+                    keys, vals = k_r.cpu().double(), v_r.cpu().double()
+                q64 = q_r.cpu().double() if q_ref is None else q_ref[row: row + n]
+                ref = reference_attention(q64, keys, vals, torch.arange(start, start + n),
                                           sm_scale=layer.scaling, window=window)
                 compare(res, out[row: row + n], ref, f"layer {lid} request {r.rid} tokens {start}..{start + n - 1}")
                 row += n
+
+
+def _aiter_extend_query(q, fp8_dtype):
+    """The query the aiter extend path attends with over an fp8 cache: the
+    batch quantized per tensor (``attention.quantize_per_tensor``: aiter's
+    batch prefill takes q, k and v of one dtype), dequantized, float64."""
+    from .attention import quantize_per_tensor
+
+    qq, scale = quantize_per_tensor(q, fp8_dtype)
+    return (qq.float() * scale).cpu().double()
 
 
 def _extend_logical(cfg, r, lid, start, k_r, v_r, layer, reqs):
@@ -518,12 +622,20 @@ def render(reports: Sequence[dict]) -> str:
         if rep.get("error"):
             lines.append(f"  ERROR: {rep['error']}")
             continue
-        lines.append(f"  {'phase':7} {'pool':11} {'calls':>5} {'tokens':>7} {'max |err|':>10} {'max |ref|':>9} "
-                     f"{'tokens/s':>10}  result")
+        paths = rep.get("attention_paths", {})
+        if paths:
+            lines.append(f"  attention paths ({rep.get('attention_paths_why', '')}):")
+            for name, info in paths.items():
+                lines.append(f"    {name}: {info['ran']}")
+                for cfg, why in info.get("fallbacks", {}).items():
+                    lines.append(f"      portable for {cfg}: {why}")
+        lines.append(f"  {'path':7} {'phase':7} {'pool':11} {'calls':>5} {'tokens':>7} {'max |err|':>10} "
+                     f"{'max |ref|':>9} {'tokens/s':>10}  result")
         for p in rep["phases"]:
             lines.append(
-                f"  {p['phase']:7} {p['pool']:11} {p['calls']:5d} {p['tokens']:7d} {p['max_abs_err']:10.2e} "
-                f"{p['max_ref']:9.2f} {p['tokens_per_s']:10.1f}  {'ok' if not p['failures'] else 'MISMATCH'}"
+                f"  {p.get('path', ''):7} {p['phase']:7} {p['pool']:11} {p['calls']:5d} {p['tokens']:7d} "
+                f"{p['max_abs_err']:10.2e} {p['max_ref']:9.2f} {p['tokens_per_s']:10.1f}  "
+                f"{'ok' if not p['failures'] else 'MISMATCH'}"
             )
         for name, f in rep.get("backend_flags", {}).items():
             lines.append(f"  backend over {name}: 5D={f['kv_cache_is_vectorized_5d']} "

@@ -33,3 +33,64 @@ def test_selftest_fails_when_a_needed_patch_is_off():
     assert proc.returncode == 1, proc.stdout[-3000:]
     rep = json.loads(proc.stdout)["reports"][0]
     assert "pool-layout-detection" in rep["error"] and "disabled" in rep["error"]
+
+
+# ------------------------------------------------ ROCm: both attention paths
+# The fake aiter stands in for ROCm with aiter; both_paths=True stands in for
+# "this is ROCm" (attention_paths decides it from torch.version.hip otherwise).
+
+_BOTH_PATHS = """
+import contextlib, json, sys
+sys.path.insert(0, {root!r})
+from tests.helpers.fake_aiter import fake_aiter_on_path
+with contextlib.redirect_stdout(sys.stderr), fake_aiter_on_path(strict=True) as aiter:
+    from sglang_kv5d.selftest import Geometry, run_selftest
+    geo = Geometry(name="tiny", prefix=64, own_lengths=(10, 30, 5), chunk=64, decode_steps=1, swa_window=16)
+    rep = run_selftest(geo, "cpu", both_paths=True)
+    calls = {{n: len(aiter._fake.calls(n)) for n in ("pa_decode_gluon", "mha_batch_prefill_func")}}
+print(json.dumps({{"rep": rep, "calls": calls}}))
+"""
+
+
+def test_selftest_runs_both_paths_with_aiter():
+    from tests.helpers.subproc import run_py
+
+    res = run_py(_BOTH_PATHS.format(root=ROOT), timeout=900)
+    assert res.returncode == 0 and res.data, res
+    rep, calls = res.data["rep"], res.data["calls"]
+    assert rep["ok"] and rep["failures"] == [], rep["failures"]
+    assert list(rep["attention_paths"]) == ["aiter", "triton"]
+    assert rep["attention_paths"]["aiter"] == {"ran": "aiter", "fallbacks": {}}
+    assert rep["attention_paths"]["triton"]["ran"] == "portable Triton kernels"
+    by_path = {}
+    for p in rep["phases"]:
+        by_path.setdefault(p["path"], {})[(p["phase"], p["pool"])] = p
+    want = {("extend", "hybrid-fp8"), ("extend", "swa-bf16"), ("decode", "hybrid-fp8"), ("decode", "swa-bf16")}
+    assert set(by_path) == {"aiter", "triton"} and all(set(v) == want for v in by_path.values())
+    # the same requests on both paths, each held against float64
+    for key in want:
+        a, t = by_path["aiter"][key], by_path["triton"][key]
+        assert a["calls"] == t["calls"] > 0 and a["tokens"] == t["tokens"]
+        assert a["max_ref"] > 1.0 and t["max_ref"] > 1.0  # (the aiter fp8 extend reference models its fp8 query)
+    # every aiter-path call went to (fake) aiter, none on the portable pass
+    decode_calls = sum(by_path["aiter"][("decode", pool)]["calls"] for pool in ("hybrid-fp8", "swa-bf16"))
+    extend_calls = sum(by_path["aiter"][("extend", pool)]["calls"] for pool in ("hybrid-fp8", "swa-bf16"))
+    assert calls == {"pa_decode_gluon": decode_calls, "mha_batch_prefill_func": extend_calls}
+
+
+def test_attention_paths_decision(monkeypatch):
+    from sglang_kv5d import attention
+    from sglang_kv5d.selftest import attention_paths
+    from tests.helpers.fake_aiter import fake_aiter_on_path
+
+    monkeypatch.delenv(attention.ENV_IMPL, raising=False)
+    attention.reset_state()
+    paths, why = attention_paths("cpu")  # not ROCm: as today
+    assert paths == ["default"] and why.startswith("not ROCm")
+    with fake_aiter_on_path():
+        assert attention_paths("cuda", both=True) == (["aiter", "triton"],
+                                                      "ROCm with aiter: both paths on the same requests")
+    monkeypatch.setitem(sys.modules, "aiter", None)
+    paths, why = attention_paths("cuda", both=True)
+    assert paths == ["triton"] and "aiter is not importable" in why and "portable path only" in why
+    assert attention.fallback_configs() == {} and attention._aiter_import_error is None  # nothing left behind
