@@ -559,3 +559,23 @@ def test_extend_mistakes_raise_the_real_exception_type(mistake, overlay_calls):
     with fake_aiter_on_path() as aiter:
         got = _outcome(aiter.mha_batch_prefill_func, kw)
     assert got is want, f"{mistake}: real aiter raises {want.__name__}, the fake {getattr(got, '__name__', got)}"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_real_wrappers_accept_the_bench_peer_arguments(version):
+    """The bench's aiter peers (sglang_kv5d.bench.aiter_peers) pass the real wrappers' checks."""
+    ran = set()
+    with real_aiter(version) as real:
+        for fn, kw in _bench_calls():
+            if fn == "pa_decode_gluon":
+                real.launches.clear()
+                real.pa.pa_decode_gluon(**kw)
+                kernel = real.launches[0][2]
+                assert kernel["KV_QUANT_MODE"] == (0 if kw["key_cache"].dtype == FP8 else -1)
+            elif fn == "mha_batch_prefill_func":
+                _, j = _run_real_mha(real, kw)
+                assert ("_pertensor" in j.md_name) == (kw["q"].dtype == FP8), j.md_name
+            else:
+                continue
+            ran.add((fn, str(kw.get("key_cache", kw.get("q")).dtype)))
+    assert len(ran) == 4

@@ -228,3 +228,30 @@ def test_fp8_write_table_lists_aiter_rows():
     assert "llama-like/5d/T=4096 e4m3fn: aiter 14.00 us, fused / aiter 0.500" in text
     assert "aiter: unavailable: aiter has no reshape_and_cache" in text
     assert "floor rate 4200 GB/s (read+write" in text
+
+
+def test_extend_layout_places_each_request_on_its_own_pages():
+    from sglang_kv5d.bench.attention import extend_layout
+
+    bt, slots, qo, kvp, kv_lens, nb = extend_layout(3, 10, 100, 64, gen=torch.Generator().manual_seed(0))
+    assert bt.shape == (3, 2) and bt.dtype == torch.int32 and nb == 7
+    assert len(set(bt.flatten().tolist())) == 6 and int(bt.max()) < nb
+    assert slots.shape == (330,) and len(set(slots.tolist())) == 330
+    assert (slots[:110] // 64).unique().tolist() == sorted(bt[0].tolist())
+    assert int(slots[65]) == int(bt[0, 1]) * 64 + 1  # token 65 of request 0: page 1, offset 1
+    assert qo.tolist() == [0, 10, 20, 30] and kvp.tolist() == [0, 110, 220, 330] and kv_lens.tolist() == [110] * 3
+
+
+def test_extend_table_only_with_rows():
+    from sglang_kv5d.bench.attention import format_extend_table, format_table
+
+    rows = [dict(kv="bf16", H_q=4, H_kv=1, D=256, bs=1, new=2048, prefix=2048, page=64, ours_us=100.0,
+                 aiter_us=80.0, speedup_vs_aiter=0.8, max_abs_diff_vs_aiter=0.01),
+            dict(kv="fp8_e4m3fn", H_q=4, H_kv=1, D=256, bs=1, new=2048, prefix=2048, page=64, ours_us=90.0,
+                 aiter_note="failed: RuntimeError: invalid argument for batch_prefill: no matching kernel found")]
+    text = format_extend_table(rows, "aiter.mha_batch_prefill_func")
+    assert "| bf16 | 4/1 | 256 | 1 | 2048 | 2048 | 100.0 | 80.0 | 0.80x | 0.01 |" in text
+    assert "aiter: failed: RuntimeError: invalid argument for batch_prefill: no matching kernel found" in text
+    base = dict(rows=[], device={}, read_bytes_per_s=1e12, page=64, peer="p", aiter_peer="none (not ROCm)")
+    assert "extend_attention_5d vs" not in format_table(base)  # CUDA: no extend table
+    assert "extend_attention_5d vs" in format_table(dict(base, extend_rows=rows, extend_peer="aiter.x"))

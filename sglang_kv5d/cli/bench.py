@@ -39,9 +39,9 @@ def bench(what: str, as_json: bool, out_path, device: str, cache_gib: float) -> 
     read+write: the byte floors; decode is held against the read rate, the
     FP8 write against read+write), then each kernel and the peers that can run
     here (SGLang's upstream unfused FP8 write and its writer / decode kernels
-    when importable; on ROCm also aiter's pa_decode_gluon and its 5D
-    reshape_and_cache, each named with its failure when aiter is not
-    importable), with CUDA-graph replay medians, and prints ratios to the
+    when importable; on ROCm also aiter's pa_decode_gluon, its 5D
+    reshape_and_cache and an extend table against mha_batch_prefill_func,
+    each named with its failure when aiter is not importable), with CUDA-graph replay medians, and prints ratios to the
     floor and to each peer. The FP8 write also gets
     the store floor of each row's layout (its bytes written with a constant,
     nothing read): a row whose store floor alone misses a target is marked
