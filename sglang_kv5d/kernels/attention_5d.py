@@ -63,9 +63,12 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["decode_attention_5d", "extend_attention_5d"]
+from .target import KernelTarget, interpreting, target_of
+
+__all__ = ["decode_attention_5d", "extend_attention_5d", "decode_config", "extend_config"]
 
 _LOG2E = 1.4426950408889634
+_INT32_MAX = 2**31 - 1
 
 # FP8 decode modes (constexpr FP8_MODE)
 _FP8_NONE = 0
@@ -116,12 +119,21 @@ def _load_scale(ptr, val, IS_PTR: tl.constexpr):
 
 
 @triton.jit
+def _block_ok(blk, n_blocks):
+    """Block ids inside the cache (``0 <= blk < n_blocks``), and ``blk`` with
+    every other id replaced by 0 (so that no address leaves the cache)."""
+    ok = (blk >= 0) & (blk < n_blocks)
+    return ok, tl.where(ok, blk, 0)
+
+
+@triton.jit
 def _load_kv_tile(
     k_head,
     v_head,
     bt_row,
     n0,
     ctx,
+    n_blocks,
     stride_kb,
     stride_kc,
     stride_vb,
@@ -136,12 +148,17 @@ def _load_kv_tile(
     FP8_MODE: tl.constexpr,
     COMPUTE: tl.constexpr,
 ):
-    """K^T tile ``[BLOCK_D, BLOCK_N]`` and V tile ``[BLOCK_N, BLOCK_D]`` for tokens
-    ``n0 .. n0 + BLOCK_N - 1`` of one sequence / KV head, in COMPUTE dtype.
+    """K^T tile ``[BLOCK_D, BLOCK_N]``, V tile ``[BLOCK_N, BLOCK_D]`` and
+    ``tok_ok`` ``[BLOCK_N]`` for tokens ``n0 .. n0 + BLOCK_N - 1`` of one
+    sequence / KV head, in COMPUTE dtype.
 
-    Tokens past ``ctx`` read block 0 (in bounds, values garbage): callers mask them.
-    ``n0`` is a multiple of BLOCK_N (a multiple of X), so every X-group of tokens
-    lies in one page at consecutive offsets.
+    ``tok_ok`` is False for tokens whose block id is outside ``[0, n_blocks)``:
+    their K and V are loaded as zeros from nowhere (masked loads of block 0),
+    and callers mask their scores. Tokens past ``ctx`` read block 0 (in
+    bounds, values garbage): callers mask them too. ``ctx`` never exceeds the
+    block table's width x PAGE, so table reads stay in the row. ``n0`` is a
+    multiple of BLOCK_N (a multiple of X), so every X-group of tokens lies in
+    one page at consecutive offsets.
     """
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -162,7 +179,8 @@ def _load_kv_tile(
             # vectors (a 3-D tile leaves the lane order to a tie-break that
             # put the lanes of K on 32 different chunks: every sector was
             # fetched twice, half by each of two loads).
-            blk = tl.load(bt_row + n0 // PAGE).to(tl.int64)
+            ok, blk = _block_ok(tl.load(bt_row + n0 // PAGE).to(tl.int64), n_blocks)
+            tok_ok = (offs_n >= 0) & ok
             t0 = n0 % PAGE
             okx = tl.arange(0, BLOCK_N * X)
             odx = tl.arange(0, BLOCK_D * X)
@@ -171,32 +189,35 @@ def _load_kv_tile(
             v_ptrs = (v_head + blk * stride_vb + ((t0 // X + otc) * stride_vc)[:, None]
                       + odx[None, :])
             if BLOCK_D == D:
-                k2 = tl.load(k_ptrs)
-                v2 = tl.load(v_ptrs)
+                k2 = tl.load(k_ptrs, mask=ok, other=0)
+                v2 = tl.load(v_ptrs, mask=ok, other=0)
             else:
-                k2 = tl.load(k_ptrs, mask=(oc < D // X)[:, None], other=0)
-                v2 = tl.load(v_ptrs, mask=(odx < D * X)[None, :], other=0)
+                k2 = tl.load(k_ptrs, mask=(oc < D // X)[:, None] & ok, other=0)
+                v2 = tl.load(v_ptrs, mask=(odx < D * X)[None, :] & ok, other=0)
             k3 = tl.reshape(k2, (BLOCK_C, BLOCK_N, X))
             v3 = tl.reshape(v2, (TC, BLOCK_D, X))
         else:
             k_off = oc[:, None, None] * stride_kc + ox[None, None, :]  # [C, 1, X]
             v_off = offs_d[None, :, None] * X + ox[None, None, :]  # [1, BLOCK_D, X]
             tok = n0 + offs_n
-            blk = tl.load(bt_row + tok // PAGE, mask=tok < ctx, other=0).to(tl.int64)
+            tok_ok, blk = _block_ok(
+                tl.load(bt_row + tok // PAGE, mask=tok < ctx, other=0).to(tl.int64), n_blocks)
             k_ptrs = k_head + (blk * stride_kb + (tok % PAGE) * X)[None, :, None] + k_off
             tokg = n0 + otc * X
-            blkg = tl.load(bt_row + tokg // PAGE, mask=tokg < ctx, other=0).to(tl.int64)
+            g_ok, blkg = _block_ok(
+                tl.load(bt_row + tokg // PAGE, mask=tokg < ctx, other=0).to(tl.int64), n_blocks)
             v_ptrs = (
                 v_head
                 + (blkg * stride_vb + ((tokg % PAGE) // X) * stride_vc)[:, None, None]
                 + v_off
             )
-            if BLOCK_D == D:
-                k3 = tl.load(k_ptrs)
-                v3 = tl.load(v_ptrs)
-            else:
-                k3 = tl.load(k_ptrs, mask=(oc < D // X)[:, None, None], other=0)
-                v3 = tl.load(v_ptrs, mask=(offs_d < D)[None, :, None], other=0)
+            km = tok_ok[None, :, None]
+            vm = g_ok[:, None, None]
+            if BLOCK_D != D:
+                km = km & (oc < D // X)[:, None, None]
+                vm = vm & (offs_d < D)[None, :, None]
+            k3 = tl.load(k_ptrs, mask=km, other=0)
+            v3 = tl.load(v_ptrs, mask=vm, other=0)
         if FP8_MODE > 0:
             k3 = _fp8_to_f16(k3, FP8_MODE)
             v3 = _fp8_to_f16(v3, FP8_MODE)
@@ -206,7 +227,8 @@ def _load_kv_tile(
         k_dpart = (offs_d[:, None] // X) * stride_kc + (offs_d[:, None] % X)
         v_dpart = offs_d[None, :] * X
         if PAGE_ALIGNED:
-            blk = tl.load(bt_row + n0 // PAGE).to(tl.int64)
+            ok, blk = _block_ok(tl.load(bt_row + n0 // PAGE).to(tl.int64), n_blocks)
+            tok_ok = (offs_n >= 0) & ok
             t0 = n0 % PAGE
             k_ptrs = k_head + blk * stride_kb + t0 * X + (offs_n * X)[None, :] + k_dpart
             v_ptrs = (
@@ -218,24 +240,26 @@ def _load_kv_tile(
             )
         else:
             tok = n0 + offs_n
-            blk = tl.load(bt_row + tok // PAGE, mask=tok < ctx, other=0).to(tl.int64)
+            tok_ok, blk = _block_ok(
+                tl.load(bt_row + tok // PAGE, mask=tok < ctx, other=0).to(tl.int64), n_blocks)
             t = tok % PAGE
             k_ptrs = k_head + (blk * stride_kb + t * X)[None, :] + k_dpart
             v_ptrs = (
                 v_head + (blk * stride_vb + (t // X) * stride_vc + (t % X))[:, None] + v_dpart
             )
-        if BLOCK_D == D:
-            k = tl.load(k_ptrs)
-            v = tl.load(v_ptrs)
-        else:
-            k = tl.load(k_ptrs, mask=(offs_d < D)[:, None], other=0)
-            v = tl.load(v_ptrs, mask=(offs_d < D)[None, :], other=0)
+        km = tok_ok[None, :]
+        vm = tok_ok[:, None]
+        if BLOCK_D != D:
+            km = km & (offs_d < D)[:, None]
+            vm = vm & (offs_d < D)[None, :]
+        k = tl.load(k_ptrs, mask=km, other=0)
+        v = tl.load(v_ptrs, mask=vm, other=0)
         if FP8_MODE > 0:
             k = _fp8_to_f16(k, FP8_MODE)
             v = _fp8_to_f16(v, FP8_MODE)
         k = k.to(COMPUTE)
         v = v.to(COMPUTE)
-    return k, v
+    return k, v, tok_ok
 
 
 @triton.jit
@@ -283,6 +307,8 @@ def _decode_5d_kernel(
     sm_scale,
     logit_cap,
     window,
+    n_blocks,
+    max_ctx,
     stride_qb,
     stride_qh,
     stride_kb,
@@ -336,7 +362,9 @@ def _decode_5d_kernel(
     mask_d = offs_d < D
     offs_n = tl.arange(0, BLOCK_N)
 
-    ctx = tl.load(CTX + b).to(tl.int32)
+    # lengths outside [0, what the block table covers] are clamped: nothing is
+    # read past the table row or the caches (a length <= 0 gives zeros)
+    ctx = tl.minimum(tl.maximum(tl.load(CTX + b).to(tl.int32), 0), max_ctx)
     lo = 0
     if HAS_WINDOW:
         lo = tl.maximum(ctx - 1 - window, 0)
@@ -368,23 +396,25 @@ def _decode_5d_kernel(
     # Tiles entirely inside the context need no V masking (their slots hold written
     # data); only the sequence's last, partial tile does, so it is peeled off.
     full_end = tl.minimum(end, (ctx // BLOCK_N) * BLOCK_N)
+    # Tokens of blocks outside the cache are masked like tokens outside the
+    # window (their K/V loads are masked to zeros).
     for n0 in tl.range(start, full_end, BLOCK_N, num_stages=NUM_STAGES):
-        k, v = _load_kv_tile(
-            k_head, v_head, bt_row, n0, ctx, stride_kb, stride_kc, stride_vb, stride_vc,
+        k, v, tok_ok = _load_kv_tile(
+            k_head, v_head, bt_row, n0, ctx, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
             D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE,
         )
         m_i, l_i, acc = _softmax_step(
-            q, k, v, m_i, l_i, acc, n0 + offs_n >= lo, qk_scale, logit_cap, HAS_CAP, HAS_WINDOW, False
+            q, k, v, m_i, l_i, acc, (n0 + offs_n >= lo) & tok_ok, qk_scale, logit_cap, HAS_CAP, True, False
         )
     tail = tl.maximum(full_end, start)
     if tail < end:
         tok = tail + offs_n
-        k, v = _load_kv_tile(
-            k_head, v_head, bt_row, tail, ctx, stride_kb, stride_kc, stride_vb, stride_vc,
+        k, v, tok_ok = _load_kv_tile(
+            k_head, v_head, bt_row, tail, ctx, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
             D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE,
         )
         m_i, l_i, acc = _softmax_step(
-            q, k, v, m_i, l_i, acc, (tok < ctx) & (tok >= lo), qk_scale, logit_cap, HAS_CAP, True, True
+            q, k, v, m_i, l_i, acc, (tok < ctx) & (tok >= lo) & tok_ok, qk_scale, logit_cap, HAS_CAP, True, True
         )
 
     if DIRECT:
@@ -498,6 +528,9 @@ def _extend_5d_kernel(
     sm_scale,
     logit_cap,
     window,
+    n_blocks,
+    max_ctx,
+    T,
     stride_qt,
     stride_qh,
     stride_kb,
@@ -544,9 +577,13 @@ def _extend_5d_kernel(
             hi_b = tl.where(go_right, hi_b, mid)
         b = lo_b
         m_blk = tile - tl.load(TILE_INDPTR + b)
-        q_start = tl.load(QO_INDPTR + b)
-        q_len = tl.load(QO_INDPTR + b + 1) - q_start
-        kv_len = tl.load(KV_LENS + b)
+        # indptr entries are clamped to [0, T] and made non-decreasing, lengths
+        # to [0, what the block table covers]: no row of q / out outside
+        # [0, T) and no key past the table row is touched
+        q_start = tl.minimum(tl.maximum(tl.load(QO_INDPTR + b), 0), T)
+        q_end = tl.minimum(tl.maximum(tl.load(QO_INDPTR + b + 1), q_start), T)
+        q_len = q_end - q_start
+        kv_len = tl.minimum(tl.maximum(tl.load(KV_LENS + b), 0), max_ctx)
         prefix = kv_len - q_len
 
         offs_m = m_blk * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -591,14 +628,14 @@ def _extend_5d_kernel(
         for n0 in range(lo, hi, BLOCK_N):
             tok = n0 + offs_n
             in_ctx = tok < kv_len
-            k, v = _load_kv_tile(
-                k_head, v_head, bt_row, n0, kv_len, stride_kb, stride_kc, stride_vb, stride_vc,
+            k, v, tok_ok = _load_kv_tile(
+                k_head, v_head, bt_row, n0, kv_len, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
                 D, BLOCK_D, BLOCK_N, PAGE, X, PAGE % BLOCK_N == 0, LOAD3D, FP8_MODE, COMPUTE,
             )
             s = tl.dot(q, k) * qk_scale
             if HAS_CAP:
                 s = logit_cap * _tanh(s / logit_cap)
-            valid = in_ctx[None, :] & mask_m[:, None]
+            valid = (in_ctx & tok_ok)[None, :] & mask_m[:, None]
             if CAUSAL:
                 valid = valid & (tok[None, :] <= pos[:, None])
             if HAS_WINDOW:
@@ -636,48 +673,26 @@ def _extend_5d_kernel(
 _FP8_DTYPES = tuple(
     getattr(torch, n) for n in ("float8_e4m3fn", "float8_e4m3fnuz") if hasattr(torch, n)
 )
-_SM_COUNT = {}
 
 
 def _interpreting() -> bool:
-    import os
-
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return interpreting()
 
 
-def _sm_count(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 8
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    n = _SM_COUNT.get(idx)
-    if n is None:
-        n = torch.cuda.get_device_properties(idx).multi_processor_count
-        _SM_COUNT[idx] = n
-    return n
+def _sm_count(device: torch.device, target: Optional[KernelTarget] = None) -> int:
+    """SMs / CUs of the device (8 under the interpreter and on the CPU)."""
+    return (target or target_of(device)).compute_units
 
 
-def _native_fp8_mode(fp8_dtype: torch.dtype, device: torch.device) -> Optional[int]:
-    """The native conversion mode for this device, or None to decode with integers."""
-    if device.type != "cuda" or _interpreting():
+def _native_fp8_mode(fp8_dtype: torch.dtype, target: KernelTarget) -> Optional[int]:
+    """The hardware conversion mode of ``target`` for ``fp8_dtype`` (e4m3fn on
+    NVIDIA sm_89+ and gfx950, e4m3fnuz on gfx942), or None to decode with integers."""
+    if not target.converts(fp8_dtype):
         return None
-    if getattr(torch.version, "hip", None):
-        try:
-            arch = torch.cuda.get_device_properties(device).gcnArchName
-        except Exception:  # pragma: no cover
-            return None
-        if fp8_dtype == torch.float8_e4m3fnuz and "gfx942" in arch:
-            return _FP8_NATIVE_E4M3FNUZ
-        if fp8_dtype == torch.float8_e4m3fn and "gfx95" in arch:
-            return _FP8_NATIVE_E4M3FN
-        return None
-    if fp8_dtype == torch.float8_e4m3fn:
-        major, minor = torch.cuda.get_device_capability(device)
-        if (major, minor) >= (8, 9):
-            return _FP8_NATIVE_E4M3FN
-    return None
+    return _FP8_NATIVE_E4M3FNUZ if fp8_dtype == torch.float8_e4m3fnuz else _FP8_NATIVE_E4M3FN
 
 
-def _kv_format(k_cache: torch.Tensor, v_cache: torch.Tensor, fp8_dtype):
+def _kv_format(k_cache: torch.Tensor, v_cache: torch.Tensor, fp8_dtype, target: KernelTarget):
     """(k_view, v_view, X, fp8_mode, fp8_mul, compute tl dtype)."""
     if k_cache.dtype != v_cache.dtype:
         raise ValueError(f"K/V cache dtypes differ: {k_cache.dtype} vs {v_cache.dtype}")
@@ -693,7 +708,7 @@ def _kv_format(k_cache: torch.Tensor, v_cache: torch.Tensor, fp8_dtype):
             fdt = dt
         if fdt not in _FP8_DTYPES:
             raise ValueError(f"unsupported fp8 dtype {fdt}")
-        mode = _native_fp8_mode(fdt, k_cache.device)
+        mode = _native_fp8_mode(fdt, target)
         if mode is None:
             if fdt == torch.float8_e4m3fn:
                 mode, mul = _FP8_EMU_E4M3FN, 256.0
@@ -704,7 +719,7 @@ def _kv_format(k_cache: torch.Tensor, v_cache: torch.Tensor, fp8_dtype):
         return k_cache.view(torch.uint8), v_cache.view(torch.uint8), 16, mode, mul, tl.float16
     if dt in (torch.bfloat16, torch.float16):
         cdt = tl.bfloat16 if dt == torch.bfloat16 else tl.float16
-        if dt == torch.bfloat16 and _interpreting():
+        if dt == torch.bfloat16 and target.backend == "interpreter":
             # the Triton CPU interpreter computes bf16 tl.dot wrongly (triton 3.8);
             # upcast to fp32 there (exact for bf16 inputs)
             cdt = tl.float32
@@ -730,6 +745,37 @@ def _check_layout(k, v, X: int) -> Tuple[int, int, int, int]:
     return nb, hkv, D, page
 
 
+_FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def _check_metadata(q, batch: int, block_tables, lens, lens_name: str, sinks, H_q: int, out, out_shape) -> None:
+    """The shape and dtype mistakes the host sees without a sync (TypeError /
+    ValueError naming the argument). Values (block ids, lengths, indptr
+    entries) are the kernels' to clamp: reading them would sync."""
+    if q.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"q: expected bfloat16, float16 or float32, got {q.dtype}")
+    for name, t in (("block_tables", block_tables), (lens_name, lens)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in _INDEX_DTYPES:
+            raise TypeError(f"{name}: expected int32 or int64, got {t.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"{name}: expected device {q.device} (q's), got {t.device}")
+    if block_tables.dim() != 2 or block_tables.shape[0] < batch:
+        raise ValueError(f"block_tables: expected (batch={batch}, max_blocks), got shape {tuple(block_tables.shape)}")
+    if lens.dim() != 1 or lens.shape[0] < batch:
+        raise ValueError(f"{lens_name}: expected (batch={batch},), got shape {tuple(lens.shape)}")
+    if sinks is not None:
+        if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point():
+            raise TypeError(f"sinks: expected a floating-point tensor of H_q={H_q} logits, got {sinks!r:.80}")
+        if sinks.dim() != 1 or sinks.shape[0] < H_q or sinks.device != q.device:
+            raise ValueError(f"sinks: expected ({H_q},) on {q.device}, got shape {tuple(sinks.shape)} on {sinks.device}")
+    if out is not None and (tuple(out.shape) != tuple(out_shape) or out.stride(-1) != 1):
+        raise ValueError(f"out: expected shape {tuple(out_shape)} with a contiguous last dim, got "
+                         f"{tuple(out.shape)} strides {out.stride()}")
+
+
 def _scale_args(scale, device):
     """(pointer tensor, float value, is_ptr)."""
     if scale is None:
@@ -746,6 +792,54 @@ def _scale_args(scale, device):
 
 def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def decode_config(D: int, G: int, page: int, X: int, fp8: bool, target: KernelTarget):
+    """(BLOCK_N, BLOCK_H, num_warps, num_stages, LOAD3D[, maxnreg]) of the decode
+    kernel on ``target``: the H200's tiles on NVIDIA and under the
+    interpreter (``_decode_config``), ``_decode_config_amd`` on AMD."""
+    if target.is_amd:
+        return _decode_config_amd(D, G, page, X, fp8, target)
+    return _decode_config(D, G, page, X, fp8)
+
+
+def extend_config(D: int, G: int, page: int, X: int, fp8: bool, target: KernelTarget):
+    """(BLOCK_M, BLOCK_N, num_warps) of the extend kernel on ``target``."""
+    if target.is_amd:
+        return _extend_config_amd(D, G, page, X, fp8, target)
+    BD = _pow2(D)
+    return (32 if BD <= 128 else 16), 32, (4 if BD <= 128 else 8)
+
+
+def _decode_config_amd(D: int, G: int, page: int, X: int, fp8: bool, target: KernelTarget):
+    """AMD (gfx942, gfx950): the tiles stay small enough for registers.
+
+    The H200's 64-token tiles with a 3-stage pipeline need 72 KiB of LDS for
+    bf16 at D=256 on gfx942 (over its 64 KiB) and all 512 registers for fp8,
+    and the flat page-aligned addressing (LOAD3D) runs out of SGPRs (106)
+    and spills 165-430 of them. Compiled for gfx942 / gfx950 with Triton
+    3.5-3.9 (tests/test_amd_gate.py, docs/benchmarks.md): 16-token tiles at
+    D=256 and 32-token tiles at D<=128, one stage (the other waves of the CU
+    hide the latency), the per-token addressing, 4 waves of 64 lanes: no
+    spills, 8-24 KiB of LDS, 2 waves per SIMD for fp8 and 4 for bf16 at
+    D=256. Speed on AMD hardware is unmeasured.
+    """
+    block_h = max(16, min(64, _pow2(G)))
+    BD = _pow2(D)
+    block_n = 16 if BD >= 256 else 32
+    while page % block_n and block_n > 16:
+        block_n //= 2
+    num_warps = 8 if block_h >= 64 and BD >= 256 else 4
+    return block_n, block_h, num_warps, 1, False
+
+
+def _extend_config_amd(D: int, G: int, page: int, X: int, fp8: bool, target: KernelTarget):
+    """AMD: the H200's tiles (16 x 32 at D=256, 32 x 32 at D<=128), with 8
+    waves per program at D<=128 too: with 4, a 32 x 32 tile at D=128 takes
+    161-171 VGPRs (2 waves per SIMD on gfx942); with 8, 157-168 spread over
+    twice the lanes, 3 waves. Static figures: tests/test_amd_gate.py."""
+    BD = _pow2(D)
+    return (32 if BD <= 128 else 16), 32, 8
 
 
 def _decode_config(D: int, G: int, page: int, X: int, fp8: bool):
@@ -779,7 +873,8 @@ def _decode_config(D: int, G: int, page: int, X: int, fp8: bool):
 
 
 def default_num_splits(
-    batch: int, num_kv_heads: int, head_tiles: int, max_tokens: int, device, resident: Optional[int] = None
+    batch: int, num_kv_heads: int, head_tiles: int, max_tokens: int, device, resident: Optional[int] = None,
+    *, sms: Optional[int] = None,
 ) -> int:
     """Split count from shapes only (no host sync).
 
@@ -800,7 +895,7 @@ def default_num_splits(
     is from the earlier runs.
     """
     work = max(1, batch * num_kv_heads * head_tiles)
-    sms = _sm_count(device)
+    sms = sms or _sm_count(device)
     floor = max(max_tokens // 64, min(-(-sms // work), max_tokens // 32))
     if resident:
         target = max(1, int(resident) * sms // work)
@@ -834,11 +929,11 @@ def resident_ctas_per_sm(
 _RESIDENT = {}
 
 
-def _decode_resident(device: torch.device, key: tuple, warmup) -> Optional[int]:
+def _decode_resident(device: torch.device, key: tuple, warmup, target: KernelTarget) -> Optional[int]:
     """Resident CTAs per SM of the split (non-direct) decode kernel for ``key``,
     compiled once through ``warmup()`` (compiles, does not launch); None where
     that cannot be known (ROCm, the interpreter, an inspection failure)."""
-    if device.type != "cuda" or _interpreting() or getattr(torch.version, "hip", None):
+    if not target.is_nvidia or device.type != "cuda":
         return None
     if key in _RESIDENT:
         return _RESIDENT[key]
@@ -867,17 +962,13 @@ def resident_ctas_of(compiled, device: torch.device) -> int:
     )
 
 
-def _use_pdl(device: torch.device) -> bool:
+def _use_pdl(target: KernelTarget) -> bool:
+    """Programmatic dependent launch of the reduce kernel: NVIDIA sm_90+ only."""
     import os
 
-    if device.type != "cuda" or _interpreting() or getattr(torch.version, "hip", None):
+    if not target.is_nvidia or not target.arch.startswith("sm_") or int(target.arch[3:5]) < 90:
         return False
-    if os.environ.get("SGLANG_KV5D_ATTN_PDL", "1") in ("0", "false", "no"):
-        return False
-    return _PDL_OK and torch.cuda.get_device_capability(device)[0] >= 9
-
-
-_PDL_OK = True
+    return os.environ.get("SGLANG_KV5D_ATTN_PDL", "1") not in ("0", "false", "no")
 
 
 def decode_attention_5d(
@@ -898,6 +989,7 @@ def decode_attention_5d(
     out: Optional[torch.Tensor] = None,
     _config: Optional[tuple] = None,
     _info: Optional[dict] = None,
+    _target: Optional[KernelTarget] = None,
 ) -> torch.Tensor:
     """Paged decode attention over SHUFFLE 5D K/V caches.
 
@@ -910,14 +1002,16 @@ def decode_attention_5d(
     for how SGLang's own Triton decode and aiter differ). Returns ``out``
     ``(B, H_q, D)`` in q's dtype.
     """
-    if q.dim() != 3:
-        raise ValueError(f"q must be (B, H_q, D), got {tuple(q.shape)}")
+    if not isinstance(q, torch.Tensor) or q.dim() != 3:
+        raise ValueError(f"q must be (B, H_q, D), got {getattr(q, 'shape', type(q).__name__)}")
     B, H_q, Dq = q.shape
+    _check_metadata(q, B, block_tables, context_lens, "context_lens", sinks, H_q, out, q.shape)
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if B == 0:
         return out
-    k, v, X, fp8_mode, fp8_mul, cdt = _kv_format(k_cache, v_cache, fp8_dtype)
+    target = _target or target_of(q.device)
+    k, v, X, fp8_mode, fp8_mul, cdt = _kv_format(k_cache, v_cache, fp8_dtype, target)
     nb, H_kv, D, page = _check_layout(k, v, X)
     if Dq != D:
         raise ValueError(f"q head dim {Dq} != cache head dim {D}")
@@ -926,19 +1020,14 @@ def decode_attention_5d(
     G = H_q // H_kv
     if q.stride(2) != 1:
         q = q.contiguous()
-    if out.stride(2) != 1 or tuple(out.shape) != (B, H_q, D):
-        raise ValueError("out must be (B, H_q, D) with a contiguous last dim")
     if block_tables.stride(1) != 1:
         block_tables = block_tables.contiguous()
-    for name, t in (("block_tables", block_tables), ("context_lens", context_lens)):
-        if t.dtype not in (torch.int32, torch.int64):
-            raise TypeError(f"{name}: expected int32 or int64, got {t.dtype}")
+    max_ctx = min(block_tables.shape[1] * page, _INT32_MAX)
 
     if _config is None:
-        _config = _decode_config(D, G, page, X, fp8_mode > 0)
+        _config = decode_config(D, G, page, X, fp8_mode > 0, target)
     block_n, block_h, num_warps, num_stages, load3d, *rest = _config
-    nvidia = q.device.type == "cuda" and not _interpreting() and not getattr(torch.version, "hip", None)
-    launch_opts = {"maxnreg": int(rest[0])} if rest and rest[0] and nvidia else {}
+    launch_opts = {"maxnreg": int(rest[0])} if rest and rest[0] and target.is_nvidia else {}
     head_tiles = -(-G // block_h)
     kp, kval, kis = _scale_args(k_scale, q.device)
     vp, vval, vis = _scale_args(v_scale, q.device)
@@ -956,7 +1045,7 @@ def decode_attention_5d(
         return (
             q, k, v, block_tables, context_lens, sinks if has_sink else q, out, mid_o, mid_lse,
             kp if kis else q, vp if vis else q, kval, vval, float(sm_scale),
-            float(logit_cap) if has_cap else 0.0, window,
+            float(logit_cap) if has_cap else 0.0, window, nb, max_ctx,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), block_tables.stride(0),
             out.stride(0), out.stride(1), sm[0], sm[1], sm[2], splits,
@@ -978,7 +1067,7 @@ def decode_attention_5d(
             num_warps=num_warps, **launch_opts,
         )
 
-    split_pdl = _use_pdl(q.device)
+    split_pdl = _use_pdl(target)
     if num_splits is None:
         # everything the compiled kernel depends on, as a flat tuple (cheap to hash
         # on every call); the kernel is compiled (not launched) on the first miss
@@ -993,7 +1082,7 @@ def decode_attention_5d(
 
         num_splits = default_num_splits(
             B, H_kv, head_tiles, block_tables.shape[1] * page, q.device,
-            resident=_decode_resident(q.device, key, warmup),
+            resident=_decode_resident(q.device, key, warmup, target), sms=target.compute_units,
         )
     num_splits = max(1, int(num_splits))
     direct = num_splits == 1
@@ -1047,6 +1136,7 @@ def extend_attention_5d(
     sinks: Optional[torch.Tensor] = None,
     logit_cap: float = 0.0,
     out: Optional[torch.Tensor] = None,
+    _target: Optional[KernelTarget] = None,
 ) -> torch.Tensor:
     """Chunked-prefill attention over SHUFFLE 5D K/V caches.
 
@@ -1057,15 +1147,22 @@ def extend_attention_5d(
     ``causal=False`` every key ``< kv_lens[b]`` is visible (``|p - k| <= W`` with a
     window). Returns ``out`` ``(total_q, H_q, D)`` in q's dtype.
     """
-    if q.dim() != 3:
-        raise ValueError(f"q must be (total_q, H_q, D), got {tuple(q.shape)}")
+    if not isinstance(q, torch.Tensor) or q.dim() != 3:
+        raise ValueError(f"q must be (total_q, H_q, D), got {getattr(q, 'shape', type(q).__name__)}")
     T, H_q, Dq = q.shape
+    if (not isinstance(qo_indptr, torch.Tensor) or qo_indptr.dtype not in _INDEX_DTYPES
+            or qo_indptr.dim() != 1 or qo_indptr.device != q.device):
+        raise TypeError(f"qo_indptr: expected a 1-D int32/int64 tensor on {q.device}, got "
+                        f"{getattr(qo_indptr, 'dtype', type(qo_indptr).__name__)} "
+                        f"{tuple(getattr(qo_indptr, 'shape', ()))}")
+    B = qo_indptr.shape[0] - 1
+    _check_metadata(q, max(B, 0), block_tables, kv_lens, "kv_lens", sinks, H_q, out, q.shape)
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    B = qo_indptr.shape[0] - 1
     if T == 0 or B <= 0:
         return out
-    k, v, X, fp8_mode, fp8_mul, cdt = _kv_format(k_cache, v_cache, fp8_dtype)
+    target = _target or target_of(q.device)
+    k, v, X, fp8_mode, fp8_mul, cdt = _kv_format(k_cache, v_cache, fp8_dtype, target)
     nb, H_kv, D, page = _check_layout(k, v, X)
     if Dq != D:
         raise ValueError(f"q head dim {Dq} != cache head dim {D}")
@@ -1076,10 +1173,13 @@ def extend_attention_5d(
         q = q.contiguous()
     if block_tables.stride(1) != 1:
         block_tables = block_tables.contiguous()
+    max_ctx = min(block_tables.shape[1] * page, _INT32_MAX)
 
     BLOCK_D = _pow2(D)
-    block_m = 32 if BLOCK_D <= 128 else 16
-    block_n = 32
+    block_m, block_n, ext_warps = extend_config(D, G, page, X, fp8_mode > 0, target)
+    # entries clamped to [0, T] and made non-decreasing on the device (no
+    # sync): tiles and rows then never leave q / out (the kernel clamps too)
+    qo_indptr = torch.cummax(qo_indptr.clamp(0, T), 0).values
     qlens = (qo_indptr[1:] - qo_indptr[:-1]).to(torch.int32)
     tiles = torch.div(qlens + (block_m - 1), block_m, rounding_mode="floor")
     tile_indptr = torch.zeros(B + 1, dtype=torch.int32, device=q.device)
@@ -1112,6 +1212,9 @@ def extend_attention_5d(
         float(sm_scale),
         float(logit_cap) if has_cap else 0.0,
         window,
+        nb,
+        max_ctx,
+        T,
         q.stride(0),
         q.stride(1),
         k.stride(0),
@@ -1142,6 +1245,6 @@ def extend_attention_5d(
         HAS_SINK=has_sink,
         COMPUTE=cdt,
         LOAD3D=True,
-        num_warps=4 if BLOCK_D <= 128 else 8,
+        num_warps=ext_warps,
     )
     return out
