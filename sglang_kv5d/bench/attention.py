@@ -482,26 +482,31 @@ def summarize(rows) -> dict:
     s = {}
     for key in ("ge_peer", "ge_aiter", "read_ge_70pct", "bs1_3x_peer"):
         vals = [r["targets"][key] for r in rows if key in r.get("targets", {})]
-        s[key] = dict(met=sum(vals), of=len(vals))
+        if vals or key != "ge_aiter":  # no aiter rows (CUDA): no aiter line
+            s[key] = dict(met=sum(vals), of=len(vals))
     return s
 
 
 def format_table(result: dict) -> str:
     dev = result.get("device", {})
     bw = result.get("read_bytes_per_s", 0.0)
-    aiter_src = result.get("aiter_peer", "none")
+    aiter_src = result.get("aiter_peer", "none (not ROCm)")
+    rows = result.get("rows", [])
+    # aiter columns on ROCm only (off ROCm there is no aiter peer and the table is as before)
+    show_aiter = not aiter_src.startswith("none") or any("aiter_us" in r or "aiter_note" in r for r in rows)
     lines = [
-        f"decode_attention_5d vs SGLang Triton decode ({result.get('peer', '?')}); aiter peer: {aiter_src}",
+        f"decode_attention_5d vs SGLang Triton decode ({result.get('peer', '?')})"
+        + (f"; aiter peer: {aiter_src}" if show_aiter else ""),
         f"{dev.get('gpu', '?')} driver {dev.get('driver', '?')}, torch {dev.get('torch', '?')}, "
         f"triton {dev.get('triton', '?')}; read rate {bw / 1e9:.0f} GB/s (a sum kernel on the compute units); "
         f"page {result.get('page')}",
         "",
         "| KV | H_q/H_kv | D | bs | ctx | ours us | ours % read | splits | SGLang us (splits) | SGLang % read "
-        "| vs SGLang | aiter us (splits) | aiter % read | vs aiter | targets |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| vs SGLang | " + ("aiter us (splits) | aiter % read | vs aiter | " if show_aiter else "") + "targets |",
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if show_aiter else "") + "---|",
     ]
     nan = float("nan")
-    for r in result.get("rows", []):
+    for r in rows:
         t = r.get("targets", {})
         marks = ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in t.items())
         peer = f"{r['peer_us']:.1f} ({r['peer_splits']})" if "peer_us" in r else "n/a"
@@ -510,8 +515,10 @@ def format_table(result: dict) -> str:
         lines.append(
             f"| {r['kv']} | {r['H_q']}/{r['H_kv']} | {r['D']} | {r['bs']} | {r['ctx']} | "
             f"{r['ours_us']:.1f} | {100 * r['ours_read_fraction']:.1f}% | {r.get('ours_splits', '')} | {peer} | "
-            f"{100 * r.get('peer_read_fraction', nan):.1f}% | {r.get('speedup_vs_peer', nan):.2f}x | {aiter} | "
-            f"{100 * r.get('aiter_read_fraction', nan):.1f}% | {r.get('speedup_vs_aiter', nan):.2f}x | {marks} |"
+            f"{100 * r.get('peer_read_fraction', nan):.1f}% | {r.get('speedup_vs_peer', nan):.2f}x | "
+            + (f"{aiter} | {100 * r.get('aiter_read_fraction', nan):.1f}% | {r.get('speedup_vs_aiter', nan):.2f}x | "
+               if show_aiter else "")
+            + f"{marks} |"
         )
     notes = sorted({r["aiter_note"] for r in result.get("rows", []) if "aiter_note" in r})
     for n in notes:

@@ -89,12 +89,14 @@ def pa_decode_gluon(
     check(_fake.ARCH in ("gfx942", "gfx950"),
           f"pa_decode_gluon only supports gfx942 (CDNA3) and gfx950 (CDNA4) now, but got {_fake.ARCH}")
     check(query_length <= 4, f"query_length == {query_length} exceeds maximum of 4")
-    check(query.dtype in kv_types, f"query tensor only support dtype in {kv_types}, but got query.dtype == {query.dtype}")
+    check(query.dtype in kv_types,
+          f"query tensor only support dtype in {kv_types}, but got query.dtype == {query.dtype}")
     check(key_cache.dtype in kv_types,
           f"key_cache tensor only support dtype in {kv_types}, but got key_cache.dtype == {key_cache.dtype}")
     check(value_cache.dtype in kv_types,
           f"value_cache tensor only support dtype in {kv_types}, but got value_cache.dtype == {value_cache.dtype}")
-    check(output.dtype in _FLOATS, f"output tensor only support dtype in {_FLOATS}, but got output.dtype == {output.dtype}")
+    check(output.dtype in _FLOATS,
+          f"output tensor only support dtype in {_FLOATS}, but got output.dtype == {output.dtype}")
     hq, head = query.shape[1], query.shape[-1]
     hkv = key_cache.shape[1]
     group = hq // hkv
