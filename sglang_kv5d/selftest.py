@@ -343,7 +343,8 @@ def attention_paths(device: str, *, both: Optional[bool] = None) -> Tuple[List[s
     get_recommended_splits and mha_batch_prefill_func): both, ``aiter`` then
     ``triton`` (the portable kernels), on the same requests, so the first
     MI300/MI355 run checks each against float64. Elsewhere (CUDA, CPU, ROCm
-    without aiter): one run as SGLANG_KV5D_ATTN_IMPL selects ("default").
+    with SGLANG_KV5D_ATTN_IMPL=triton): one run as that variable selects
+    ("default"); ROCm without aiter: the portable path, saying why.
     ``both`` forces the choice (tests emulate ROCm with the fake aiter).
     """
     from . import attention as _attention
@@ -354,7 +355,7 @@ def attention_paths(device: str, *, both: Optional[bool] = None) -> Tuple[List[s
         rocm = device != "cpu" and bool(getattr(torch.version, "hip", None))
         if not rocm:
             return ["default"], f"not ROCm: {_attention.ENV_IMPL}={_attention.selected_impl()}"
-        both = True
+        both = _attention.selected_impl() != "triton"  # an explicit portable-only choice is kept
     if not both:
         return ["default"], f"{_attention.ENV_IMPL}={_attention.selected_impl()}"
     fns, err = _attention._aiter_functions(_attention._DECODE_FNS + _attention._EXTEND_FNS)

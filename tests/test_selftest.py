@@ -90,6 +90,14 @@ def test_attention_paths_decision(monkeypatch):
     with fake_aiter_on_path():
         assert attention_paths("cuda", both=True) == (["aiter", "triton"],
                                                       "ROCm with aiter: both paths on the same requests")
+        import torch
+
+        monkeypatch.setattr(torch.version, "hip", "6.4")  # ROCm as torch reports it
+        assert attention_paths("cuda")[0] == ["aiter", "triton"]
+        assert attention_paths("cpu")[0] == ["default"]  # the CPU is the CPU
+        monkeypatch.setenv(attention.ENV_IMPL, "triton")
+        assert attention_paths("cuda") == (["default"], "SGLANG_KV5D_ATTN_IMPL=triton")
+        monkeypatch.delenv(attention.ENV_IMPL)
     monkeypatch.setitem(sys.modules, "aiter", None)
     paths, why = attention_paths("cuda", both=True)
     assert paths == ["triton"] and "aiter is not importable" in why and "portable path only" in why
