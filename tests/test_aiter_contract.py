@@ -579,3 +579,19 @@ def test_real_wrappers_accept_the_bench_peer_arguments(version):
                 continue
             ran.add((fn, str(kw.get("key_cache", kw.get("q")).dtype)))
     assert len(ran) == 4
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_real_get_recommended_splits_on_the_overlays_arguments(version, overlay_calls, monkeypatch):
+    """The real helper (device properties stubbed: an MI300X's 304 CUs) gives the split
+    count the overlay sizes its buffers with: an int >= 1, at most 16 (8 from v0.1.14)."""
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a, **k: SimpleNamespace(multi_processor_count=304))
+    seen = 0
+    with real_aiter(version) as real:
+        for calls in overlay_calls.values():
+            for fn, kw in calls:
+                if fn == "get_recommended_splits":
+                    n = real.pa.get_recommended_splits(**kw)
+                    assert isinstance(n, int) and 1 <= n <= (8 if _vkey(version) >= (0, 1, 14) else 16), n
+                    seen += 1
+    assert seen == 2  # the two full-attention decode scenarios (window layers use one split)
