@@ -406,3 +406,24 @@ def test_backend_with_working_kernels_logs_the_path(monkeypatch, no_aiter, caplo
         assert kernel_check.failures() == {}
     finally:
         sglang_kv5d.deactivate()
+
+
+def test_first_failure_inside_a_capture_falls_back_and_says_so(monkeypatch, overlay, caplog):
+    """No GPU here: the capture state is the one fact replaced (torch's
+    is_current_stream_capturing, read through kernel_check.capturing)."""
+    enable_5d(monkeypatch)
+    factory = lambda: make_mha_pool(dtype=FP8, page_size=16, head_num=1, head_dim=64, layer_num=1, size=64)  # noqa: E731
+    pool = factory()
+    failing = FailingLaunch(ERRORS["driver"][0])
+    monkeypatch.setattr(fp8_write, "_write_kv_fp8_kernel", failing)
+    monkeypatch.setattr(kernel_check, "capturing", lambda: True)
+    k, v = _inputs(2, 1, 64, seed=6)
+    loc = torch.tensor([7, 8])
+    with caplog.at_level(logging.WARNING, logger="sglang_kv5d"):
+        for _ in range(3):
+            pool.set_kv_buffer(types.SimpleNamespace(layer_id=0), loc, k.clone(), v.clone(), 1.0, 1.0)
+    assert failing.attempts == 1  # never retried, inside the capture or after it
+    (w,) = _warnings(caplog, "write_kv_fp8")
+    assert "at run time, inside a CUDA-graph capture" in w, w
+    twin = _sglang_write(factory, 0, loc, k, v, 1.0, 1.0)
+    assert torch.equal(pool.k_buffer[0], twin.k_buffer[0]) and torch.equal(pool.v_buffer[0], twin.v_buffer[0])
