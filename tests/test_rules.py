@@ -79,6 +79,17 @@ CASES = [
     # KV5D012: SGLANG_* names the installed SGLang never reads.
     _case("KV5D012", True, ROCM + GOOD, {**FIVE_D, "SGLANG_USE_AITR": "1"}),
     _case("KV5D012", False, ROCM + GOOD, {**FIVE_D, "SGLANG_USE_AITER_UNIFIED_ATTN": "0", "SGLANG_KV5D_ATTN_IMPL": "auto"}),
+    _case("KV5D012", True, ROCM + GOOD, {**FIVE_D, "SGLANG_KV5D_STRICTT": "0"}),  # not one of our switches
+    # KV5D013: our switches' values, through the registry (the gate also when the launcher replaces it).
+    _case("KV5D013", True, ROCM + GOOD, {**FIVE_D, "SGLANG_KV5D_ATTN_IMPL": "cuda"}),
+    _case("KV5D013", True, ROCM + GOOD, {**FIVE_D, "SGLANG_KV5D": "maybe"}),
+    _case("KV5D013", True, ROCM + GOOD, {**FIVE_D, "SGLANG_KV5D_PATCHES": "fp8-kv-writ"}),
+    _case("KV5D013", True, ROCM + GOOD + ["--kv5d-env", "SGLANG_KV5D_STATUS_DIR=relative/dir"], FIVE_D),
+    _case("KV5D013", False, ROCM + GOOD, {**FIVE_D, "SGLANG_KV5D_ATTN_IMPL": " Triton ", "SGLANG_KV5D": "off",
+                                          "SGLANG_KV5D_PATCHES": "fp8-kv-write", "SGLANG_KV5D_STRICT": "no"}),
+    # KV5D014: code-loading variables set by the profile or --kv5d-env (exported ones are the operator's).
+    _case("KV5D014", True, ROCM + GOOD + ["--kv5d-env", "LD_PRELOAD=/tmp/x.so"], FIVE_D),
+    _case("KV5D014", False, ROCM + GOOD, {**FIVE_D, "PYTHONSTARTUP": "/tmp/x.py"}),
 ]
 
 
