@@ -423,7 +423,8 @@ def check_attention(*, q_dtype, kv_dtype, cache_dtype, page: int, x: int, q_head
         except Exception as exc:
             error = record_failure(kernel, key, exc, shapes=attention_shapes(key), device=dev,
                                    fallback=fallback or "no other 5D attention path", when=when)
-        variants = ("2 and %d table entries" % (DECODE_WIDE_TOKENS // page),) if kernel == DECODE else ("2 table entries",)
+        wide_entries = DECODE_WIDE_TOKENS // page
+        variants = (f"2 and {wide_entries} table entries",) if kernel == DECODE else ("2 table entries",)
         result = CheckResult(kernel, key, error is None, error, time.perf_counter() - start, variants)
         with _lock:
             _checked[(kernel, key)] = result

@@ -82,13 +82,17 @@ def _guard(where: str, after):
 POOL_GUARD = Patch(
     name="fail-closed-pool",
     summary="Refuse to build a 5D KV pool when a patch 5D needs is not applied.",
-    bindings=(Binding("memory_pool.MHATokenToKVPool.__init__", _guard("a KV pool", _check_pool), check_signature=False),),
+    bindings=(
+        Binding("memory_pool.MHATokenToKVPool.__init__", _guard("a KV pool", _check_pool), check_signature=False),
+    ),
     internal=True,
 )
 
 BACKEND_GUARD = Patch(
     name="fail-closed-backend",
     summary="Refuse to build the AITER attention backend for 5D when a patch 5D needs is not applied.",
-    bindings=(Binding("aiter_backend.init", _guard("the AITER attention backend", _check_backend), check_signature=False),),
+    bindings=(
+        Binding("aiter_backend.init", _guard("the AITER attention backend", _check_backend), check_signature=False),
+    ),
     internal=True,
 )
