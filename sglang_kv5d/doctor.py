@@ -320,7 +320,15 @@ def _install_section(ctx: DoctorContext) -> List[Check]:
 def _patches_section(ctx: DoctorContext) -> List[Check]:
     if _versions.installed_sglang_version() is None:
         return []
-    return check_patches(ctx.environ)
+    from .launcher import _quiet_sglang_imports, import_noise_note
+
+    noise: List[str] = []
+    with _quiet_sglang_imports(noise):  # SGLang's import-time prints, explained once below
+        checks = check_patches(ctx.environ)
+    note = import_noise_note(noise)
+    if note:
+        checks.append(Check("sglang import output", OK, note))
+    return checks
 
 
 def _spawn_section(ctx: DoctorContext) -> List[Check]:

@@ -766,7 +766,7 @@ def import_noise_note(lines: Sequence[str]) -> Optional[str]:
     shown = "; ".join(repr(ln[:160]) for ln in distinct[:3]) + (f"; and {len(distinct) - 3} more" if len(distinct) > 3 else "")
     return (f"SGLang printed {len(lines)} line(s) while its modules were imported for this check; these are "
             f"SGLang's import-time notices about optional kernels and libraries on this machine (for example "
-            f"aiter off ROCm), not findings about your arguments: {shown}")
+            f"aiter off ROCm), not sglang-kv5d findings: {shown}")
 
 
 def _sglang_version() -> Optional[str]:
