@@ -82,7 +82,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import struct
 from types import MappingProxyType
 from typing import Mapping, NamedTuple, Optional, Union
@@ -90,6 +89,8 @@ from typing import Mapping, NamedTuple, Optional, Union
 import torch
 import triton
 import triton.language as tl
+
+from .target import KernelTarget, interpreting, target_of
 
 __all__ = ["write_kv_fp8", "launch_config", "FP8_MAX", "supported_fp8_dtypes"]
 
@@ -115,13 +116,20 @@ _INT32_LIMIT = 2**31 - 1
 
 
 @triton.jit
-def _encode_native(q):
-    """fp32 -> e4m3fn byte (uint8) by the hardware conversion (sm_89+):
-    cvt.rn.satfinite.e4m3x2.f32 rounds to nearest even, saturates finite
-    overflow and +/-inf to +/-448 and keeps NaN. (A clamp before it is
-    redundant; dropping it made writes 1-5% faster on the H200, tests/gpu
-    checks inf and NaN on the device.)"""
-    return q.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+def _encode_native(q, FNUZ: tl.constexpr):
+    """fp32 -> fp8 byte (uint8) by the hardware conversion, rounding to
+    nearest even: e4m3fn on NVIDIA sm_89+ (``cvt.rn.satfinite.e4m3x2.f32``)
+    and AMD gfx950, e4m3fnuz on AMD gfx942 (``v_cvt_pk_fp8_f32``).
+
+    Saturation does not depend on the instruction: with ``FMA_DIV`` the
+    quotient is clamped before it gets here (at most the format's max plus an
+    fp32 ulp or two, which rounds to the max), and the only callers without
+    ``FMA_DIV`` run on NVIDIA, whose conversion saturates (tests/gpu checks
+    inf and NaN there)."""
+    if FNUZ:
+        return q.to(tl.float8e4b8).to(tl.uint8, bitcast=True)
+    else:
+        return q.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
 
 
 @triton.jit
@@ -192,8 +200,13 @@ def _quantize(x, scale, rcp, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr, NATIVE: 
         xbits = xf.to(tl.int32, bitcast=True)
         if NATIVE:
             # the sign put back by one bit operation, then the hardware conversion
-            q = (q2.to(tl.int32, bitcast=True) | (xbits & -2147483648)).to(tl.float32, bitcast=True)
-            code = _encode_native(q)
+            sign = xbits & -2147483648
+            if FNUZ:
+                # e4m3fnuz has no negative zero (0x80 is its NaN): a magnitude
+                # that rounds to 0 keeps no sign, whatever the instruction does
+                sign = tl.where(q2 <= 0.00048828125, 0, sign)  # 2**-11, half the smallest subnormal, rounds to 0
+            q = (q2.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+            code = _encode_native(q, FNUZ)
         else:
             # the encoder takes the magnitude as it is: abs, clamp and sign
             # are not done a second time on the quotient
@@ -201,7 +214,7 @@ def _quantize(x, scale, rcp, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr, NATIVE: 
     else:
         q = xf / scale  # the interpreter divides with IEEE rounding
         if NATIVE:
-            code = _encode_native(q)
+            code = _encode_native(q, FNUZ)
         else:
             a = tl.minimum(tl.abs(q), FMAX, propagate_nan=tl.PropagateNan.ALL)
             code = _encode_bits(a, (q.to(tl.uint32, bitcast=True) >> 24) & 0x80, FNUZ)
@@ -307,7 +320,7 @@ def _v_slot_offsets(s, H: tl.constexpr, DV: tl.constexpr, PAGE: tl.constexpr, X:
 def _store_v_bytes(code, vc_ptr, s, heads, d, store_t,
                    H: tl.constexpr, HB: tl.constexpr, DV: tl.constexpr, BDV: tl.constexpr,
                    PADDED: tl.constexpr, PAGE: tl.constexpr, X: tl.constexpr, BLOCK_T: tl.constexpr,
-                   FLAT: tl.constexpr):
+                   FLAT: tl.constexpr, FLAT_OFFSETS: tl.constexpr):
     """5D V, token by token: one byte per (token, head, d), 16 bytes apart.
 
     ``code`` (BLOCK_T, HB, BDV) fp8 bytes; ``s`` (BLOCK_T,) the tokens' slots;
@@ -325,17 +338,27 @@ def _store_v_bytes(code, vc_ptr, s, heads, d, store_t,
     3.6); the group path, whose byte stores are only the edges of runs and
     decode tokens, keeps the 3-D tile (flat, it needs 56 registers instead
     of 50 for the Llama-like default on 3.6).
+
+    ``FLAT_OFFSETS`` (AMD) flattens the integer offsets and adds them to the
+    base pointer once: AMD's pointer canonicalisation (buffer ops, on by
+    default from Triton 3.6) cannot legalise a reshape of a tensor of
+    pointers. NVIDIA keeps the pointer reshape its timings were taken with.
     """
     vbase = _v_slot_offsets(s, H, DV, PAGE, X)
     if FLAT:
         N: tl.constexpr = HB * BDV * BLOCK_T
-        dst = (vc_ptr + vbase[None, None, :] + (heads * (DV * PAGE))[:, None, None]
-               + (d * X)[None, :, None])
         m = store_t[None, None, :]
         if PADDED:
             m = m & (d < DV)[None, :, None]
-        m = tl.broadcast_to(m, (HB, BDV, BLOCK_T))
-        tl.store(tl.reshape(dst, (N,)), tl.reshape(tl.permute(code, (1, 2, 0)), (N,)), mask=tl.reshape(m, (N,)))
+        m = tl.reshape(tl.broadcast_to(m, (HB, BDV, BLOCK_T)), (N,))
+        vals = tl.reshape(tl.permute(code, (1, 2, 0)), (N,))
+        if FLAT_OFFSETS:
+            off = vbase[None, None, :] + (heads * (DV * PAGE))[:, None, None] + (d * X)[None, :, None]
+            tl.store(vc_ptr + tl.reshape(off, (N,)), vals, mask=m)
+        else:
+            dst = (vc_ptr + vbase[None, None, :] + (heads * (DV * PAGE))[:, None, None]
+                   + (d * X)[None, :, None])
+            tl.store(tl.reshape(dst, (N,)), vals, mask=m)
     else:
         dst = (vc_ptr + vbase[:, None, None] + (heads * (DV * PAGE))[None, :, None]
                + (d * X)[None, None, :])
@@ -499,7 +522,7 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
             BYTE_TOKENS: tl.constexpr, V_SCALE_PTR: tl.constexpr, GROUPS: tl.constexpr, V_WORDS: tl.constexpr,
             V_SPEC: tl.constexpr,
             CHUNK: tl.constexpr, IN_BF16: tl.constexpr, FMA_DIV: tl.constexpr, FNUZ: tl.constexpr,
-            NATIVE: tl.constexpr, LARGE: tl.constexpr):
+            NATIVE: tl.constexpr, LARGE: tl.constexpr, FLAT_OFFSETS: tl.constexpr):
     """V of HB heads, dims d0 .. d0+BDV, for a window of tokens (5D with GROUPS:
     whole 16-byte vectors where aligned groups of X slots are complete).
     ``i0`` is the window's first token."""
@@ -531,11 +554,11 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
         if BYTE_TOKENS == BLOCK_T:
             code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
             _store_v_bytes(code, vc_ptr, s, h0 + hh, d, ok, H, HB, DV, BDV, BDV * D_SPLIT != DV, PAGE, X,
-                           BLOCK_T, True)
+                           BLOCK_T, True, FLAT_OFFSETS)
         elif _run_like(loc_ptr, i0, T, stride_loc, BLOCK_T):
             code = _quantize(x, vs, vrcp, FMA_DIV, FNUZ, NATIVE)
             _store_v_bytes(code, vc_ptr, s, h0 + hh, d, ok, H, HB, DV, BDV, BDV * D_SPLIT != DV, PAGE, X,
-                           BLOCK_T, True)
+                           BLOCK_T, True, FLAT_OFFSETS)
         else:
             _v_bytes_by_lanes(v_ptr, vc_ptr, i0, s, ok, h0 + hh, d, stride_vt, vs, vrcp, H, HB, DV, BDV,
                               BDV * D_SPLIT != DV, PAGE, X, BLOCK_T, BYTE_TOKENS, FMA_DIV, FNUZ, NATIVE)
@@ -575,12 +598,12 @@ def _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, d0, T, stride_vt, stride_lo
                 code = _quantize(_v_rows(src_rows, scattered, d, DV, BDV * D_SPLIT != DV), vs, vrcp, FMA_DIV,
                                  FNUZ, NATIVE)
                 _store_v_bytes(code, vc_ptr, s, h0 + hh, d, scattered, H, HB, DV, BDV, BDV * D_SPLIT != DV,
-                               PAGE, X, BLOCK_T, False)
+                               PAGE, X, BLOCK_T, False, FLAT_OFFSETS)
             elif tl.sum(covered.to(tl.int32), axis=0) > 0:
                 code = _quantize(_v_rows(src_rows, scattered, d, DV, BDV * D_SPLIT != DV), vs, vrcp, FMA_DIV,
                                  FNUZ, NATIVE)
                 _store_v_bytes(code, vc_ptr, s, h0 + hh, d, scattered, H, HB, DV, BDV, BDV * D_SPLIT != DV,
-                               PAGE, X, BLOCK_T, False)
+                               PAGE, X, BLOCK_T, False, FLAT_OFFSETS)
             else:
                 _v_bytes_by_lanes(v_ptr, vc_ptr, i0, s, scattered, h0 + hh, d, stride_vt, vs, vrcp, H, HB, DV,
                                   BDV, BDV * D_SPLIT != DV, PAGE, X, BLOCK_T, BYTE_TOKENS, FMA_DIV, FNUZ, NATIVE)
@@ -684,6 +707,7 @@ def _write_kv_fp8_kernel(
     LARGE: tl.constexpr,
     TOKEN_MAJOR: tl.constexpr,
     N_KV: tl.constexpr,
+    FLAT_OFFSETS: tl.constexpr,
 ):
     # grid: (token windows, (H // HB) * D_SPLIT, N_KV) with N_KV = 2 when
     # SPLIT_KV (0 = K, 1 = V) else 1; with TOKEN_MAJOR the same programs on a
@@ -716,7 +740,7 @@ def _write_kv_fp8_kernel(
             _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, dchunk * BDV, T, stride_vt,
                     stride_loc, n_slots, vc_stride_s, vc_stride_h, H, HB, DV, BDV, D_SPLIT, PAGE, X,
                     LAYOUT_5D, BLOCK_T, BYTE_TOKENS, V_SCALE_PTR, GROUPS, V_WORDS, V_SPEC, CHUNK, IN_BF16,
-                    FMA_DIV, FNUZ, NATIVE, LARGE)
+                    FMA_DIV, FNUZ, NATIVE, LARGE, FLAT_OFFSETS)
     else:
         _k_part(k_ptr, kc_ptr, loc_ptr, k_scale, rows, h0, dchunk * BDK, T, stride_kt,
                 stride_loc, n_slots, kc_stride_s, kc_stride_h, H, HB, DK, BDK, D_SPLIT, PAGE, X,
@@ -724,7 +748,7 @@ def _write_kv_fp8_kernel(
         _v_part(v_ptr, vc_ptr, loc_ptr, v_scale, i0, h0, dchunk * BDV, T, stride_vt,
                 stride_loc, n_slots, vc_stride_s, vc_stride_h, H, HB, DV, BDV, D_SPLIT, PAGE, X,
                 LAYOUT_5D, BLOCK_T, BYTE_TOKENS, V_SCALE_PTR, GROUPS, V_WORDS, V_SPEC, CHUNK, IN_BF16,
-                FMA_DIV, FNUZ, NATIVE, LARGE)
+                FMA_DIV, FNUZ, NATIVE, LARGE, FLAT_OFFSETS)
 
 
 # --------------------------------------------------------------------------- #
@@ -746,7 +770,7 @@ class _Plan(NamedTuple):
 
 
 def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return interpreting()
 
 
 def _round_to_float32(value: float) -> float:
@@ -923,13 +947,11 @@ def _plan(k, v, k_cache, v_cache, loc, fp8_dtype) -> _Plan:
     return _Plan(T, H, DK, DV, layout_5d, page, n_slots, dtype, kc_bytes, vc_bytes)
 
 
-def _native_fp8_ok(device: torch.device, fp8_dtype: torch.dtype) -> bool:
-    if _interpreting() or device.type != "cuda" or torch.version.hip is not None:
-        return False
-    if fp8_dtype != torch.float8_e4m3fn:
-        return False
-    major, minor = torch.cuda.get_device_capability(device)
-    return (major, minor) >= (8, 9)
+def _native_fp8_ok(device: torch.device, fp8_dtype: torch.dtype, target: Optional[KernelTarget] = None) -> bool:
+    """Does the hardware of ``target`` (default: ``device``'s) convert fp32 to
+    ``fp8_dtype``? e4m3fn on NVIDIA sm_89+ and AMD gfx950, e4m3fnuz on AMD gfx942;
+    never under the interpreter."""
+    return (target or target_of(device)).converts(fp8_dtype)
 
 
 _CONFIG_KEYS = ("block_t", "heads_per_program", "d_split", "split_kv", "num_warps", "groups", "v_words",
@@ -974,15 +996,6 @@ def _v_words_ok(v: torch.Tensor) -> bool:
     elements, every row starting on a 4-byte boundary; dims are contiguous and
     5D head dims are multiples of 16.)"""
     return v.element_size() == 2 and v.data_ptr() % 4 == 0 and (v.shape[0] <= 1 or v.stride(0) % 2 == 0)
-
-
-@functools.lru_cache(maxsize=16)
-def _warp_size(device_type: str, index: Optional[int]) -> int:
-    """Threads per warp (wavefront): 32 on NVIDIA, 64 on AMD CDNA (MI300/MI355)."""
-    if device_type != "cuda" or _interpreting():
-        return 32
-    props = torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index)
-    return int(getattr(props, "warp_size", 0) or (64 if torch.version.hip else 32))
 
 
 def _v_words_launch(words: int, num_warps: int, warp_size: int, warps_fixed: bool):
@@ -1155,6 +1168,7 @@ def write_kv_fp8(
     fp8_dtype: Optional[torch.dtype] = None,
     _encoder: str = "auto",
     _config: Optional[dict] = None,
+    _target: Optional[KernelTarget] = None,
 ) -> None:
     """Quantize ``k`` / ``v`` to FP8 and write them into one layer's caches, in one launch.
 
@@ -1172,7 +1186,8 @@ def write_kv_fp8(
 
     Raises TypeError / ValueError, before writing anything, on bad arguments.
     The underscore arguments are for tests and benchmarks (``_config``
-    overrides keys of ``launch_config``).
+    overrides keys of ``launch_config``; ``_target`` compiles for another GPU
+    than the caches' device, see ``kernels/aot.py``).
     """
     plan = _plan(k, v, k_cache, v_cache, loc, fp8_dtype)
     device = k_cache.device
@@ -1181,11 +1196,13 @@ def write_kv_fp8(
     if plan.T == 0:
         return
 
+    target = _target or target_of(device)
     if _encoder == "auto":
-        native = _native_fp8_ok(device, plan.fp8_dtype)
+        native = _native_fp8_ok(device, plan.fp8_dtype, target)
     elif _encoder == "native":
-        if plan.fp8_dtype != torch.float8_e4m3fn:
-            raise ValueError("_encoder='native' supports float8_e4m3fn only")
+        if plan.fp8_dtype != torch.float8_e4m3fn and not target.converts(plan.fp8_dtype):
+            raise ValueError(f"_encoder='native': {target.arch or target.backend} has no hardware "
+                             f"conversion to {plan.fp8_dtype}")
         native = True
     elif _encoder == "bits":
         native = False
@@ -1212,7 +1229,7 @@ def write_kv_fp8(
     large = biggest > _INT32_LIMIT
     bdv = triton.next_power_of_2(DV) // ds
     v_words, v_spec, chunk, num_warps = _v_group_launch(
-        cfg, bdv, v_ok=_v_words_ok(v), warp_size=_warp_size(device.type, device.index),
+        cfg, bdv, v_ok=_v_words_ok(v), warp_size=target.warp_size,
         warps_fixed=bool(_config) and "num_warps" in _config)
     n_kv = 2 if split and cfg["parts"] == "kv" else 1
     grid = (triton.cdiv(T, block_t), (H // hb) * ds, n_kv)
@@ -1220,7 +1237,7 @@ def write_kv_fp8(
     if token_major:
         grid = (grid[0] * grid[1] * n_kv,)
     kwargs = {"num_warps": num_warps}
-    if cfg["maxnreg"] is not None and device.type == "cuda" and torch.version.hip is None:
+    if cfg["maxnreg"] is not None and target.is_nvidia:
         kwargs["maxnreg"] = cfg["maxnreg"]
     _write_kv_fp8_kernel[grid](
         k,
@@ -1260,11 +1277,12 @@ def write_kv_fp8(
         IN_BF16=v.dtype == torch.bfloat16,
         K_SCALE_PTR=ks_ptr,
         V_SCALE_PTR=vs_ptr,
-        FMA_DIV=not _interpreting(),
+        FMA_DIV=target.backend != "interpreter",
         FNUZ=plan.fp8_dtype == torch.float8_e4m3fnuz,
         NATIVE=native,
         LARGE=large,
         TOKEN_MAJOR=token_major,
         N_KV=n_kv,
+        FLAT_OFFSETS=target.is_amd,
         **kwargs,
     )

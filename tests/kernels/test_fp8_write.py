@@ -480,18 +480,29 @@ def test_v_group_launch_fetches_rows_early_only_with_one_block_and_one_chunk():
 
 
 def test_warp_size_of_the_device(monkeypatch):
+    from sglang_kv5d.kernels import target as tg
+
     class Props:
         warp_size = 64
+        multi_processor_count = 304
 
-    fw._warp_size.cache_clear()
-    monkeypatch.setattr(fw, "_interpreting", lambda: False)
+    tg._device_target.cache_clear()
+    monkeypatch.setattr(tg, "interpreting", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Props())
-    assert fw._warp_size("cuda", 0) == 64
-    assert fw._warp_size("cpu", None) == 32
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: object())  # no warp_size
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: (9, 0))
+    assert tg.target_of(torch.device("cuda", 0)).warp_size == 64
+    assert tg.target_of(torch.device("cpu")).warp_size == 32
+
+    class NoWarp:
+        multi_processor_count = 304
+        gcnArchName = "gfx942:sramecc+:xnack-"
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: NoWarp())  # no warp_size
     monkeypatch.setattr(torch.version, "hip", "6.2")
-    assert fw._warp_size("cuda", 1) == 64
-    fw._warp_size.cache_clear()
+    t = tg.target_of(torch.device("cuda", 1))
+    assert t.warp_size == 64 and t.arch == "gfx942" and t.converts(torch.float8_e4m3fnuz)
+    assert not t.converts(torch.float8_e4m3fn)
+    tg._device_target.cache_clear()
 
 
 V_WORDS_CASES = [
@@ -725,3 +736,43 @@ def test_round_trip_with_sglang_gather(fp8_dtype):
     k_out, v_out = shuffle.launch_gather_shuffle_5d_to_linear(kc, vc, loc)
     assert torch.equal(k_out, ref.quantize_fp8_fp32(k, 0.25, fp8_dtype))
     assert torch.equal(v_out, ref.quantize_fp8_fp32(v, 3.0, fp8_dtype))
+
+
+# --------------------------------------------------------------------------- #
+# What AMD runs                                                               #
+# --------------------------------------------------------------------------- #
+
+AMD_CASES = [
+    # (arch, layout, T the configuration is chosen for, H, D, loc kind): the
+    # configurations launch_config picks with the hardware conversion (bytes
+    # path with decode lanes, bytes path, the group path of D <= 128 past
+    # 4096 tokens and of D = 256 from 8 MiB of V), run on 96 tokens
+    ("gfx942", "5d", 16, 2, 32, "scattered"),
+    ("gfx942", "5d", 3000, 2, 32, "mixed"),
+    ("gfx950", "5d", 5000, 1, 64, "runs"),
+    ("gfx942", "5d", 5000, 2, 32, "tricky"),
+    ("gfx942", "5d", 40000, 1, 256, "runs"),
+    ("gfx950", "nhd", 3000, 2, 32, "mixed"),
+]
+
+
+@pytest.mark.parametrize("arch,layout,T_cfg,H,D,kind", AMD_CASES, ids=lambda c: str(c))
+def test_amd_launch_configurations_write_the_same_bytes(arch, layout, T_cfg, H, D, kind):
+    """The configurations the host code picks for gfx942 / gfx950 (64-lane
+    waves, the hardware-conversion launch_config, flat offsets for the byte
+    stores), run by the interpreter with the integer encoder: the hardware
+    conversion itself cannot run here (tests/test_amd_gate.py shows it is in
+    the ISA; its numerics need an AMD GPU)."""
+    from sglang_kv5d.kernels.target import known_target
+
+    target = known_target(arch)
+    fp8 = FNUZ if arch == "gfx942" else FN
+    g = _gen(T_cfg + H + D + len(kind))
+    T, page, n_blocks = 96, 64, 6
+    k = ref.make_input(T, H, D, torch.bfloat16, gen=g, token_pad=16)
+    v = ref.make_input(T, H, D, torch.bfloat16, gen=g, token_pad=16)
+    kc, vc = ref.make_caches(layout, n_blocks, page, H, D, D, gen=g)
+    loc = ref.loc_pattern(kind, T, n_blocks * page, page, gen=g)
+    cfg = fw.launch_config(T_cfg, H, D, D, layout == "5d", native_fp8=True)
+    _write_and_check(k, v, kc, vc, loc, 0.5, 0.75, fp8, layout, pass_dtype=fp8, _config=cfg,
+                     _encoder="bits", _target=target)
