@@ -1136,6 +1136,7 @@ def extend_attention_5d(
     sinks: Optional[torch.Tensor] = None,
     logit_cap: float = 0.0,
     out: Optional[torch.Tensor] = None,
+    _config: Optional[tuple] = None,
     _target: Optional[KernelTarget] = None,
 ) -> torch.Tensor:
     """Chunked-prefill attention over SHUFFLE 5D K/V caches.
@@ -1176,7 +1177,7 @@ def extend_attention_5d(
     max_ctx = min(block_tables.shape[1] * page, _INT32_MAX)
 
     BLOCK_D = _pow2(D)
-    block_m, block_n, ext_warps = extend_config(D, G, page, X, fp8_mode > 0, target)
+    block_m, block_n, ext_warps = _config or extend_config(D, G, page, X, fp8_mode > 0, target)
     # entries clamped to [0, T] and made non-decreasing on the device (no
     # sync): tiles and rows then never leave q / out (the kernel clamps too)
     qo_indptr = torch.cummax(qo_indptr.clamp(0, T), 0).values

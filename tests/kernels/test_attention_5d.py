@@ -115,6 +115,7 @@ def run_decode(
     scale_kind="float",
     q_dtype=torch.bfloat16,
     seed=0,
+    config=None,
 ):
     gen = torch.Generator().manual_seed(seed)
     nblocks = sum(max(1, -(-c // page)) for c in B_ctx) + 3
@@ -138,7 +139,7 @@ def run_decode(
     out = torch.full((B, H_q, D), float("nan"), dtype=q_dtype)
     res = A.decode_attention_5d(
         q, k5, v5, bt, ctx, sm_scale=sm, k_scale=ks, v_scale=vs, fp8_dtype=fp8_dtype,
-        sliding_window=window, sinks=sk, logit_cap=cap, num_splits=num_splits, out=out,
+        sliding_window=window, sinks=sk, logit_cap=cap, num_splits=num_splits, out=out, _config=config,
     )
     assert res is out
     ref = decode_attention_5d_ref(
@@ -401,6 +402,7 @@ def run_extend(
     sinks=False,
     cap=0.0,
     seed=0,
+    config=None,
 ):
     gen = torch.Generator().manual_seed(seed)
     kv_lens = [p + e for p, e in seqs]
@@ -423,7 +425,7 @@ def run_extend(
     kvl = torch.tensor(kv_lens, dtype=torch.int32)
     A.extend_attention_5d(
         q, k5, v5, bt, qo_indptr, kvl, sm_scale=sm, causal=causal, k_scale=ks, v_scale=vs,
-        fp8_dtype=fp8_dtype, sliding_window=window, sinks=sk, logit_cap=cap, out=out,
+        fp8_dtype=fp8_dtype, sliding_window=window, sinks=sk, logit_cap=cap, out=out, _config=config,
     )
     ref = extend_attention_5d_ref(
         q, k5, v5, bt, qo_indptr, kvl, sm_scale=sm, causal=causal, k_scale=ks, v_scale=vs,
@@ -526,3 +528,33 @@ def test_decode_tile_configs(config, kvd):
         )
         ref = decode_attention_5d_ref(q, k5, v5, bt, ctx, sm_scale=0.09, k_scale=ks, v_scale=ks, sliding_window=50)
         check(out, ref, kvd, f"config {config} splits {splits}")
+
+
+# ----------------------------------------------------------------------------- AMD tiles
+
+AMD_ATTENTION_CASES = [
+    # (H_q, H_kv, D, kv dtype): the Qwen3.5 TP8 and Llama-like shapes, bf16 and fp8
+    (4, 1, 256, torch.bfloat16),
+    (4, 1, 256, FNUZ),
+    (8, 2, 128, torch.bfloat16),
+    (8, 2, 128, FN),
+]
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("case", AMD_ATTENTION_CASES, ids=lambda c: f"g{c[0] // c[1]}-d{c[2]}-{str(c[3]).split('.')[-1]}")
+def test_amd_tiles_against_float64(arch, case):
+    """The tiles ``decode_config`` / ``extend_config`` pick for gfx942 and
+    gfx950 (16/32-token decode tiles, one stage, per-token addressing; 8-wave
+    extend programs), run by the interpreter (the integer fp8 decode: the
+    hardware conversion is the AMD compile gate's to show)."""
+    from sglang_kv5d.kernels.target import known_target
+
+    H_q, H_kv, D, kvd = case
+    x = 16 if kvd in (FN, FNUZ) else 8
+    target = known_target(arch)
+    dcfg = A.decode_config(D, H_q // H_kv, 64, x, kvd in (FN, FNUZ), target)
+    ecfg = A.extend_config(D, H_q // H_kv, 64, x, kvd in (FN, FNUZ), target)
+    assert dcfg[3] == 1 and dcfg[4] is False and ecfg[2] == 8
+    run_decode(B_ctx=[1, 70, 130], H_q=H_q, H_kv=H_kv, D=D, page=64, kv_dtype=kvd, num_splits=2, config=dcfg)
+    run_extend(seqs=[(0, 20), (70, 17)], H_q=H_q, H_kv=H_kv, D=D, page=64, kv_dtype=kvd, config=ecfg)
