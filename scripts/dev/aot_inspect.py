@@ -6,8 +6,9 @@ how Triton laid out its memory accesses.
     python scripts/dev/aot_inspect.py write  [--h 8] [--d 128] [--t 32768] [--layout 5d|nhd] [--fp8 e4m3fn|e4m3fnuz] [--out DIR]
     python scripts/dev/aot_inspect.py floor  [--h 8] [--d 128] [--layout 5d|nhd] [--block-s 16] [--out DIR]   (the bench's store floor)
 
-Uses the shipped launch configuration (``_decode_config`` / ``launch_config``)
-and the installed Triton (set PYTHONPATH to another unpacked Triton wheel to
+Compiles through the package's own host code (``kernels.aot.compiling_for``:
+the shipped launch configuration, Triton's own argument specialisation) with
+the installed Triton (set PYTHONPATH to another unpacked Triton wheel to
 inspect that version; the H200 runs used triton 3.6.0). Writes ``.ttgir``,
 ``.ptx`` and, when the wheel's ``cuobjdump`` is there, ``.sass`` into DIR, then
 prints for every global load, async copy and store the layout it got
@@ -34,89 +35,97 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..",
 SM = 90
 
 
-def _compile(fn, constexprs: dict, pointer_types: dict, float_args: set, options: dict):
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+def _compiled(run):
+    """The kernels ``run(target)`` launches, compiled for sm_90 by the package's
+    own host code (``kernels.aot.compiling_for``): (first launch, its config)."""
+    from sglang_kv5d.kernels.aot import compiling_for
+    from sglang_kv5d.kernels.target import known_target
 
-    names = fn.arg_names
-    sig = {}
-    for n in names:
-        if n in constexprs:
-            sig[n] = "constexpr"
-        elif n in pointer_types:
-            sig[n] = pointer_types[n]
-        elif n in float_args:
-            sig[n] = "fp32"
-        else:
-            sig[n] = "i32"
-    # pointers 16-byte aligned and strides multiples of 16, as at run time for these shapes
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
-             if n in pointer_types or "stride" in n}
-    src = ASTSource(fn, sig, constexprs={(names.index(k),): v for k, v in constexprs.items()}, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", SM, 32), options=options)
+    target = known_target(f"sm_{SM}")
+    with compiling_for(target) as launches:
+        run(target)
+    return launches[0].kernel
 
 
 def _decode(args):
-    import triton.language as tl
+    import torch
 
     from sglang_kv5d.kernels import attention_5d as A
 
     fp8 = args.kv == "fp8"
     X = 16 if fp8 else 8
-    block_n, block_h, warps, stages, load3d, *rest = A._decode_config(args.d, args.g, args.page, X, fp8)
-    const = dict(H_KV=2, G=args.g, HEAD_TILES=-(-args.g // block_h), D=args.d, BLOCK_D=A._pow2(args.d),
-                 BLOCK_H=block_h, BLOCK_N=block_n, PAGE=args.page, X=X,
-                 PAGE_ALIGNED=args.page % block_n == 0, FP8_MODE=1 if fp8 else 0, FP8_MUL=1.0,
-                 K_SCALE_PTR=False, V_SCALE_PTR=False, HAS_WINDOW=False, HAS_CAP=False, HAS_SINK=False,
-                 DIRECT=False, COMPUTE=tl.bfloat16, NUM_STAGES=stages, LOAD3D=bool(load3d), USE_PDL=False)
-    kv = "*fp8e4nv" if fp8 else "*bf16"
-    ptrs = {"Q": "*bf16", "K": kv, "V": kv, "BT": "*i32", "CTX": "*i32", "SINKS": "*bf16", "OUT": "*bf16",
-            "MID_O": "*fp32", "MID_LSE": "*fp32", "k_scale_ptr": "*fp32", "v_scale_ptr": "*fp32"}
-    floats = {"k_scale_val", "v_scale_val", "sm_scale", "logit_cap"}
-    options = {"num_warps": warps, "num_stages": stages}
-    if rest and rest[0]:
-        options["maxnreg"] = int(rest[0])
+    dt = torch.float8_e4m3fn if fp8 else torch.bfloat16
+    hkv = 2
+    from sglang_kv5d.kernels.target import known_target
+
+    cfg = A.decode_config(args.d, args.g, args.page, X, fp8, known_target(f"sm_{SM}"))
+
+    def run(target):
+        m = dict(device="meta")
+        k = torch.empty(1024, hkv, args.d // X, args.page, X, dtype=dt, **m)
+        v = torch.empty(1024, hkv, args.page // X, args.d, X, dtype=dt, **m)
+        q = torch.empty(8, hkv * args.g, args.d, dtype=torch.bfloat16, **m)
+        bt = torch.empty(8, 64, dtype=torch.int32, **m)
+        ctx = torch.empty(8, dtype=torch.int32, **m)
+        sc = torch.empty(1, dtype=torch.float32, **m) if fp8 else None
+        A.decode_attention_5d(q, k, v, bt, ctx, sm_scale=0.06, k_scale=sc, v_scale=sc, num_splits=2,
+                              _target=target)
+
     label = f"decode_{args.kv}_d{args.d}_g{args.g}_p{args.page}"
-    return label, (block_n, block_h, warps, stages, load3d, *rest), _compile(
-        A._decode_5d_kernel, const, ptrs, floats, options)
+    return label, cfg, _compiled(run)
 
 
 def _write(args):
+    import torch
+
     from sglang_kv5d.kernels import fp8_write as W
 
     five = args.layout == "5d"
     fnuz = args.fp8 == "e4m3fnuz"  # as on NVIDIA: fnuz takes the integer encoder
+    dt = torch.float8_e4m3fnuz if fnuz else torch.float8_e4m3fn
     cfg = W.launch_config(args.t, args.h, args.d, args.d, five, native_fp8=not fnuz)
-    ds = cfg["d_split"]
-    bd = W.triton.next_power_of_2(args.d) // ds
-    # as write_kv_fp8 does on NVIDIA (32 threads per warp) for 4-byte aligned bf16 rows
-    words, spec, chunk, cfg["num_warps"] = W._v_group_launch(cfg, bd, v_ok=five, warp_size=32, warps_fixed=False)
-    const = dict(H=args.h, HB=cfg["heads_per_program"], DK=args.d, DV=args.d, D_SPLIT=ds, BDK=bd, BDV=bd,
-                 PAGE=64 if five else 1, X=16, LAYOUT_5D=five, BLOCK_T=cfg["block_t"],
-                 BYTE_TOKENS=min(cfg["byte_tokens"], cfg["block_t"]),
-                 SPLIT_KV=cfg["split_kv"], PART0=0, GROUPS=bool(cfg["groups"]) and five,
-                 V_WORDS=words, V_SPEC=spec, CHUNK=chunk, IN_BF16=True,
-                 K_SCALE_PTR=True, V_SCALE_PTR=True, FMA_DIV=True, FNUZ=fnuz, NATIVE=not fnuz, LARGE=False,
-                 TOKEN_MAJOR=bool(cfg["token_major"]), N_KV=2 if cfg["split_kv"] else 1)
-    ptrs = {"k_ptr": "*bf16", "v_ptr": "*bf16", "kc_ptr": "*u8", "vc_ptr": "*u8", "loc_ptr": "*i64",
-            "k_scale": "*fp32", "v_scale": "*fp32"}
+
+    def run(target):
+        m = dict(device="meta")
+        k = torch.empty(args.t, args.h, args.d, dtype=torch.bfloat16, **m)
+        v = torch.empty(args.t, args.h, args.d, dtype=torch.bfloat16, **m)
+        blocks = max(1024, 2 * -(-args.t // 64))
+        if five:
+            kc = torch.empty(blocks, args.h, args.d // 16, 64, 16, dtype=torch.uint8, **m)
+            vc = torch.empty(blocks, args.h, 4, args.d, 16, dtype=torch.uint8, **m)
+        else:
+            kc = torch.empty(blocks * 64, args.h, args.d, dtype=torch.uint8, **m)
+            vc = torch.empty(blocks * 64, args.h, args.d, dtype=torch.uint8, **m)
+        loc = torch.empty(args.t, dtype=torch.int64, **m)
+        sc = torch.empty(1, dtype=torch.float32, **m)
+        W.write_kv_fp8(k, v, kc, vc, loc, sc, sc, fp8_dtype=dt, _target=target)
+
     label = f"write_{args.layout}_h{args.h}_d{args.d}_t{args.t}_{args.fp8}"
-    return label, cfg, _compile(W._write_kv_fp8_kernel, const, ptrs, set(), {"num_warps": cfg["num_warps"]})
+    return label, cfg, _compiled(run)
 
 
 def _floor(args):
     """The benchmark's store floor (sglang_kv5d.bench.store_floor) for one layout."""
+    import torch
+
     from sglang_kv5d.bench import store_floor as F
 
     five = args.layout == "5d"
-    const = dict(H=args.h, DK=args.d, DV=args.d, BDK=F.triton.next_power_of_2(args.d),
-                 BDV=F.triton.next_power_of_2(args.d), PAGE=64 if five else 1, XB=F.X, LAYOUT_5D=five,
-                 BLOCK_S=args.block_s, LANE_S=min(F._LANE_SLOTS, args.block_s), CODE=F._CODE)
-    ptrs = {"slots_ptr": "*i64", "leaders_ptr": "*i64", "loose_ptr": "*i64", "kc_ptr": "*u8", "vc_ptr": "*u8"}
+
+    def run(target):
+        blocks = 64
+        if five:
+            kc = torch.zeros(blocks, args.h, args.d // 16, 64, 16, dtype=torch.uint8)
+            vc = torch.zeros(blocks, args.h, 4, args.d, 16, dtype=torch.uint8)
+        else:
+            kc = torch.zeros(blocks * 64, args.h, args.d, dtype=torch.uint8)
+            vc = torch.zeros(blocks * 64, args.h, args.d, dtype=torch.uint8)
+        loc = torch.cat([torch.arange(64, 104), torch.arange(8) * 97 + 200]).to(torch.int64)
+        F.StoreFloor(kc, vc, loc, block_s=args.block_s)()
+
     label = f"floor_{args.layout}_h{args.h}_d{args.d}_s{args.block_s}"
-    warps = F.num_warps(args.block_s, const["BDK"])
-    return label, {"num_warps": warps}, _compile(F._store_floor_kernel, const, ptrs, set(), {"num_warps": warps})
+    warps = F.num_warps(args.block_s, F.triton.next_power_of_2(args.d))
+    return label, {"num_warps": warps}, _compiled(run)
 
 
 def _layouts(ttgir: str):

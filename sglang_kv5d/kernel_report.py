@@ -1,0 +1,268 @@
+"""Static figures of every kernel the package launches, compiled for a GPU arch
+that need not be here (``sglang-kv5d doctor --kernels-for``, the AMD compile
+gate in tests/test_amd_gate.py, the ROCm table in docs/benchmarks.md).
+
+    python -m sglang_kv5d.kernel_report --arch gfx942 [--buffer-ops on|off|both] [--json]
+
+Each case calls the package's own host code (``write_kv_fp8``,
+``decode_attention_5d``, ``extend_attention_5d``, the bench's ``StoreFloor``)
+on ``meta`` tensors of a serving geometry, so the launch configuration is the
+one that code picks for the target; ``kernels.aot.compiling_for`` turns each
+launch into a compile for that target. A row per compiled kernel: whether it
+compiled (or the error's first line), registers, spills, scratch, LDS, waves
+per SIMD (AMD) and the FP8 conversion instructions it uses.
+
+Geometries (page 64): Qwen3.5 full-attention layers at TP8 (4 query heads / 1
+KV head, D=256) and TP1 (32 / 2), and a Llama-like layer (32 / 8, D=128).
+Token counts: 16 (decode), 2048 and 32768 (prefill), which reach every branch
+of ``launch_config``. The FP8 format is the one the arch serves: e4m3fnuz on
+gfx942, e4m3fn on gfx950 and sm_90.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence
+
+__all__ = ["Geometry", "GEOMETRIES", "Case", "cases", "run_cases", "report", "main"]
+
+PAGE = 64
+WRITE_TOKENS = (16, 2048, 32768)
+
+
+class Geometry(NamedTuple):
+    name: str
+    hq: int
+    hkv: int
+    d: int
+
+
+GEOMETRIES = (
+    Geometry("qwen3.5-tp8", 4, 1, 256),
+    Geometry("qwen3.5-tp1", 32, 2, 256),
+    Geometry("llama-like", 32, 8, 128),
+)
+
+
+class Case(NamedTuple):
+    kernel: str  # "write", "decode", "extend", "store-floor"
+    label: str  # what was compiled, e.g. "5d fp8 qwen3.5-tp8 T=16"
+    geometry: Geometry
+    kv: str  # "fp8" or "bf16"
+    run: Callable[[Any], None]  # run(target): the host call, on meta tensors
+
+
+def _fp8_dtype(target):
+    import torch
+
+    return torch.float8_e4m3fnuz if target.arch == "gfx942" else torch.float8_e4m3fn
+
+
+def _meta(*shape, dtype):
+    import torch
+
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def _write_case(layout: str, g: Geometry, T: int) -> Case:
+    def run(target):
+        import torch
+
+        from .kernels.fp8_write import write_kv_fp8
+
+        k = _meta(T, g.hkv, g.d, dtype=torch.bfloat16)
+        v = _meta(T, g.hkv, g.d, dtype=torch.bfloat16)
+        blocks = max(1024, -(-T // PAGE) * 2)
+        if layout == "5d":
+            kc = _meta(blocks, g.hkv, g.d // 16, PAGE, 16, dtype=torch.uint8)
+            vc = _meta(blocks, g.hkv, PAGE // 16, g.d, 16, dtype=torch.uint8)
+        else:
+            kc = _meta(blocks * PAGE, g.hkv, g.d, dtype=torch.uint8)
+            vc = _meta(blocks * PAGE, g.hkv, g.d, dtype=torch.uint8)
+        loc = _meta(T, dtype=torch.int64)
+        scale = _meta(1, dtype=torch.float32)
+        write_kv_fp8(k, v, kc, vc, loc, scale, scale, fp8_dtype=_fp8_dtype(target), _target=target)
+
+    return Case("write", f"{layout} fp8 {g.name} T={T}", g, "fp8", run)
+
+
+def _kv_caches(g: Geometry, kv: str, blocks: int, target):
+    import torch
+
+    if kv == "fp8":
+        dt, X = _fp8_dtype(target), 16
+    else:
+        dt, X = torch.bfloat16, 8
+    k = _meta(blocks, g.hkv, g.d // X, PAGE, X, dtype=dt)
+    v = _meta(blocks, g.hkv, PAGE // X, g.d, X, dtype=dt)
+    return k, v
+
+
+def _decode_case(g: Geometry, kv: str, batch: int, context: int, window: int = -1) -> Case:
+    """batch 1 at a long context splits the context (decode + reduce kernels);
+    a large batch runs one split per sequence (the direct kernel)."""
+
+    def run(target):
+        import torch
+
+        from .kernels.attention_5d import decode_attention_5d
+
+        width = -(-context // PAGE)
+        k, v = _kv_caches(g, kv, max(1024, batch * width), target)
+        q = _meta(batch, g.hq, g.d, dtype=torch.bfloat16)
+        bt = _meta(batch, width, dtype=torch.int32)
+        ctx = _meta(batch, dtype=torch.int32)
+        scale = _meta(1, dtype=torch.float32) if kv == "fp8" else None
+        decode_attention_5d(q, k, v, bt, ctx, sm_scale=g.d ** -0.5, k_scale=scale, v_scale=scale,
+                            sliding_window=window, _target=target)
+
+    what = "split" if batch == 1 else "direct"
+    win = f" window={window}" if window > 0 else ""
+    return Case("decode", f"{kv} {g.name} {what} bs={batch} ctx={context}{win}", g, kv, run)
+
+
+def _extend_case(g: Geometry, kv: str, window: int = -1) -> Case:
+    def run(target):
+        import torch
+
+        from .kernels.attention_5d import extend_attention_5d
+
+        B, T = 4, 4096
+        k, v = _kv_caches(g, kv, 1024, target)
+        q = _meta(T, g.hq, g.d, dtype=torch.bfloat16)
+        bt = _meta(B, 256, dtype=torch.int32)
+        qo = _meta(B + 1, dtype=torch.int32)
+        lens = _meta(B, dtype=torch.int32)
+        scale = _meta(1, dtype=torch.float32) if kv == "fp8" else None
+        extend_attention_5d(q, k, v, bt, qo, lens, sm_scale=g.d ** -0.5, k_scale=scale, v_scale=scale,
+                            sliding_window=window, _target=target)
+
+    win = f" window={window}" if window > 0 else ""
+    return Case("extend", f"{kv} {g.name}{win}", g, kv, run)
+
+
+def _floor_case(layout: str, g: Geometry, block_s: int) -> Case:
+    def run(target):
+        import torch
+
+        from .bench.store_floor import StoreFloor
+
+        blocks = 64
+        if layout == "5d":
+            kc = torch.zeros(blocks, g.hkv, g.d // 16, PAGE, 16, dtype=torch.uint8)
+            vc = torch.zeros(blocks, g.hkv, PAGE // 16, g.d, 16, dtype=torch.uint8)
+        else:
+            kc = torch.zeros(blocks * PAGE, g.hkv, g.d, dtype=torch.uint8)
+            vc = torch.zeros(blocks * PAGE, g.hkv, g.d, dtype=torch.uint8)
+        # a run of 40 slots and 8 scattered ones: K rows, whole V groups and loose V bytes
+        loc = torch.cat([torch.arange(64, 104), torch.arange(8) * 97 + 200]).to(torch.int64)
+        StoreFloor(kc, vc, loc, block_s=block_s)()
+
+    return Case("store-floor", f"{layout} {g.name} block_s={block_s}", g, "fp8", run)
+
+
+def cases(kinds: Optional[Iterable[str]] = None) -> List[Case]:
+    """Every case, or those of the kernel families in ``kinds``."""
+    out: List[Case] = []
+    for g in GEOMETRIES:
+        for layout in ("5d", "nhd"):
+            out += [_write_case(layout, g, T) for T in WRITE_TOKENS]
+        for kv in ("bf16", "fp8"):
+            out += [_decode_case(g, kv, 1, 32768), _decode_case(g, kv, 256, 4096)]
+            out.append(_extend_case(g, kv))
+    g0 = GEOMETRIES[0]
+    out += [_decode_case(g0, "bf16", 1, 32768, window=127), _extend_case(g0, "bf16", window=127)]
+    for layout in ("5d", "nhd"):
+        out += [_floor_case(layout, GEOMETRIES[2], b) for b in (1, 16)]
+    if kinds is not None:
+        wanted = set(kinds)
+        out = [c for c in out if c.kernel in wanted]
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in lines:  # MLIR failures: the line that says what failed
+        if "error:" in ln or "failed to" in ln:
+            return f"{type(exc).__name__}: {ln[:300]}"
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
+
+
+def run_cases(target, selected: Sequence[Case], *, buffer_ops: Optional[bool]) -> List[Dict[str, Any]]:
+    """Compile each case for ``target``; one row per compiled kernel (one per
+    failing case, with ``ok`` False and the error)."""
+    from .kernels.aot import compiling_for, kernel_stats, triton_version
+
+    rows: List[Dict[str, Any]] = []
+    for case in selected:
+        base = {"arch": target.arch, "triton": triton_version(), "buffer_ops": buffer_ops,
+                "kernel": case.kernel, "case": case.label, "geometry": case.geometry.name,
+                "kv": case.kv, "d": case.geometry.d}
+        try:
+            with compiling_for(target, buffer_ops=buffer_ops) as launches:
+                case.run(target)
+        except Exception as exc:  # noqa: BLE001 - a failing compile is a row, not a crash
+            rows.append(dict(base, ok=False, error=_first_line(exc), name=case.kernel))
+            continue
+        for launch in launches:
+            rows.append(dict(base, ok=True, error=None, name=launch.name,
+                             **kernel_stats(launch.kernel, target, launch.num_warps)))
+    return rows
+
+
+def report(arch: str, *, buffer_ops: Sequence[Optional[bool]] = (None,),
+           kinds: Optional[Iterable[str]] = None) -> List[Dict[str, Any]]:
+    """Rows for every case on ``arch`` ("gfx942", "gfx950", "sm_90") and each
+    buffer-ops setting (AMD only: True, False, or None for Triton's default)."""
+    from .kernels.target import known_target
+
+    target = known_target(arch)
+    selected = cases(kinds)
+    rows: List[Dict[str, Any]] = []
+    settings = buffer_ops if target.is_amd else (None,)
+    for setting in settings:
+        rows += run_cases(target, selected, buffer_ops=setting)
+    return rows
+
+
+def format_rows(rows: Sequence[Dict[str, Any]]) -> str:
+    """A fixed-width table of ``rows`` (AMD and NVIDIA columns)."""
+    lines = []
+    for r in rows:
+        head = f"{r['arch']:7s} triton {r['triton']:6s} bufops={str(r['buffer_ops'])[0]} {r['name']:24s} {r['case']:44s}"
+        if not r["ok"]:
+            lines.append(f"{head} FAILED {r['error']}")
+        elif "vgpr" in r:
+            lines.append(
+                f"{head} vgpr {r['vgpr']:3d} agpr {r['agpr']:3d} sgpr {r['sgpr']:3d} spill {r['spills']:3d} "
+                f"scratch {r['scratch']:4d} lds {r['lds'] // 1024:3d}K warps {r['num_warps']} "
+                f"waves {r['waves']} (regs {r['by_registers']}, lds {r['by_lds']}) cvt {r['cvt_to_fp8']}/{r['cvt_from_fp8']}")
+        else:
+            lines.append(f"{head} regs {r['registers']:3d} spill {r['spills']:3d} shared {r['lds'] // 1024:3d}K "
+                         f"warps {r['num_warps']}")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m sglang_kv5d.kernel_report", description=__doc__.split("\n\n")[0])
+    p.add_argument("--arch", required=True, help="gfx942, gfx950 or sm_90")
+    p.add_argument("--buffer-ops", choices=("default", "on", "off", "both"), default="default",
+                   help="AMD: Triton's buffer-ops knob (default: the installed Triton's own default)")
+    p.add_argument("--kernels", default=None, help="comma-separated: write,decode,extend,store-floor")
+    p.add_argument("--json", action="store_true", help="one JSON document (a list of rows)")
+    a = p.parse_args(argv)
+    modes = {"default": (None,), "on": (True,), "off": (False,), "both": (True, False)}[a.buffer_ops]
+    try:
+        rows = report(a.arch, buffer_ops=modes, kinds=a.kernels.split(",") if a.kernels else None)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(rows, indent=1) if a.json else format_rows(rows))
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
