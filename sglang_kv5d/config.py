@@ -32,6 +32,8 @@ ALLOW_UNTESTED = "SGLANG_KV5D_ALLOW_UNTESTED"
 STATUS_DIR = "SGLANG_KV5D_STATUS_DIR"
 STATUS_READABLE = "SGLANG_KV5D_STATUS_READABLE"
 ATTN_IMPL = "SGLANG_KV5D_ATTN_IMPL"
+ATTN_PDL = "SGLANG_KV5D_ATTN_PDL"
+PEER_PATH = "SGLANG_KV5D_PEER_PATH"
 LAYOUT = "SGLANG_AITER_KV_CACHE_LAYOUT"
 USE_AITER = "SGLANG_USE_AITER"
 HND = "SGLANG_USE_HND_KVCACHE"
@@ -222,6 +224,18 @@ SWITCHES: Dict[str, Switch] = {
             "kernels (`auto`); or always one of them",
             _parse_choice(ATTN_IMPLS, "auto"), SWITCH_RULE, assumed="auto",
             fix=f"export {ATTN_IMPL}=auto (or aiter / triton), or unset it",
+        ),
+        _bool_switch(
+            ATTN_PDL, True,
+            "programmatic dependent launch of the 5D decode reduce kernel (NVIDIA sm_90+ only; no effect elsewhere)",
+            f"export {ATTN_PDL}=0 to launch the reduce kernel plainly, or unset it",
+        ),
+        Switch(
+            PEER_PATH, OURS, "an absolute directory path", None, "unset",
+            "`sglang-kv5d bench` only: a directory holding a copy of SGLang's Triton decode kernel "
+            "(`sglang_peer`) to time against when the installed SGLang has none; it is put on `sys.path`",
+            _parse_abs_path, SWITCH_RULE, assumed="unset (no extra peer)",
+            fix=f"export {PEER_PATH}=/an/absolute/directory, or unset it",
         ),
         Switch(
             LAYOUT, SGLANG, "`nhd`, `vectorized_5d` (any case, no spaces)", "nhd", "nhd",
