@@ -172,6 +172,8 @@ class Problem:
         return f"{self.name}={self.value!r}: {self.why}"
 
     def activation_warning(self) -> str:
+        if self.switch.owner == SGLANG:  # SGLang reads it, and refuses it later
+            return f"{self.message()}; SGLang will refuse it ({self.rule}; fix: {self.fix})"
         return f"{self.message()}; assuming {self.switch.assumed} ({self.rule}; fix: {self.fix})"
 
 
@@ -368,8 +370,9 @@ def wants_5d(environ: Optional[Mapping[str, str]] = None) -> bool:
 
 
 def activation_warnings(environ: Optional[Mapping[str, str]] = None) -> List[str]:
-    """One warning per invalid sglang-kv5d switch, naming it and what is assumed."""
-    return [p.activation_warning() for p in problems(environ, owners=(OURS,))]
+    """One warning per invalid switch: ours name what is assumed; SGLang's (an
+    unknown layout) say that SGLang will refuse the value."""
+    return [p.activation_warning() for p in problems(environ)]
 
 
 # --------------------------------------------------------------------------

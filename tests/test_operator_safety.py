@@ -105,13 +105,14 @@ def test_invalid_attn_impl_fails_check_and_warns_at_activation():
         st = sglang_kv5d.activate()
         print(json.dumps({"warnings": st.warnings, "impl": attention.selected_impl()}))
         """,
-        env={"SGLANG_KV5D_ATTN_IMPL": "cuda", "SGLANG_KV5D_STRICT": "sometimes"},
+        env={"SGLANG_KV5D_ATTN_IMPL": "cuda", "SGLANG_KV5D_STRICT": "sometimes", "SGLANG_AITER_KV_CACHE_LAYOUT": "5d"},
     )
     _no_traceback(r.stderr)
     assert r.data is not None, r
     w = r.data["warnings"]
     assert any("SGLANG_KV5D_ATTN_IMPL='cuda'" in x and "assuming auto" in x for x in w), w
     assert any("SGLANG_KV5D_STRICT='sometimes'" in x and "assuming on" in x for x in w), w
+    assert any("SGLANG_AITER_KV_CACHE_LAYOUT='5d'" in x and "KV5D001" in x for x in w), w
     assert r.data["impl"] == "auto"
 
 
