@@ -18,7 +18,9 @@ Argument handling
     allows them) without constructing ``ServerArgs``. Parse errors are
     SGLang's messages, verbatim, followed by our hint when we have one.
 
-Profiles (TOML: ``description``, ``args`` list, ``[env]`` table)
+Profiles (UTF-8 TOML: ``description``, ``args`` list, ``[env]`` table; every
+value a string, names ``[A-Za-z_][A-Za-z0-9_]*``, no NUL; anything else is a
+usage error naming it)
     Arguments: the profile's arguments come first and the command line's after
     them, so for a repeated single-valued option the command line wins the way
     argparse always works (last one wins). In addition, when the command line
@@ -36,7 +38,9 @@ Profiles (TOML: ``description``, ``args`` list, ``[env]`` table)
       3. the profile's ``[env]`` table;
       4. defaults: ``SGLANG_KV5D=1``, always set by the launcher.
     ``--kv5d-dry-run`` shows every variable involved with its origin, and what
-    it overrode.
+    it overrode, as a shell script that is safe to run: values reach code lines
+    only through ``shlex.quote``, comments are escaped (:func:`shell_comment_text`),
+    and a command that ``launch`` would refuse is left commented out.
 
 Renamed flags
     ``RENAMES`` translates options that SGLang renamed between releases (for
