@@ -90,6 +90,14 @@ def check_environment(environ=None) -> List[Check]:
         out.append(Check(f"switch {name}", WARN, "KV5D012: sglang-kv5d has no such switch"
                          + (f"; did you mean {close}?" if close else ""),
                          f"rename it to {close}" if close else f"unset {name}"))
+    directory = config.status_dir(env)
+    if directory and os.path.isdir(directory):
+        from .state import status_dir_problem
+
+        problem = status_dir_problem(directory)
+        if problem:
+            out.append(Check(f"switch {config.STATUS_DIR}", WARN, f"{problem}; no status files will be written",
+                             "use a directory only you can write (mkdir -m 700 DIR)"))
     shown = ", ".join(f"{k}={env[k]!r}" for k in config.SWITCHES if k in env)
     out.insert(0, Check("environment", OK, shown or "no sglang-kv5d switches set"))
     return out

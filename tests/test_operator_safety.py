@@ -197,6 +197,9 @@ def test_world_writable_status_dir_is_refused_with_one_warning(tmp_path):
     assert os.listdir(d) == []
     warned = [ln for ln in r.stderr.splitlines() if "not writing status files to" in ln]
     assert len(warned) == 1 and "world-writable without the sticky bit" in warned[0] and str(d) in warned[0], r.stderr
+    p, checks = _doctor({"SGLANG_KV5D_STATUS_DIR": str(d)})
+    c = checks["switch SGLANG_KV5D_STATUS_DIR"]
+    assert c["status"] == "warn" and "world-writable" in c["detail"] and c["fix"], c
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a directory to another user")
@@ -220,6 +223,7 @@ def _usage(p, *needles):
     assert len(errors) == 1, p.stderr
     for n in needles:
         assert n in errors[0], (n, errors[0])
+    return errors[0]
 
 
 @pytest.fixture(scope="module")
@@ -302,7 +306,7 @@ def test_selftest_on_a_missing_device_is_a_usage_error(device):
         pytest.skip("this machine has the device")
     p = run_cli(["selftest", "--device", device])
     _usage(p, f"--device {device}")
-    assert "cpu" in p.stderr
+    assert "cpu" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr  # one line
 
 
 def test_selftest_refuses_an_invalid_switch_before_running():

@@ -78,8 +78,12 @@ def selftest(device: str, as_json: bool, small: bool) -> None:
     import os
 
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    _check_switches()
-    device = resolve_device(device)
+    try:
+        _check_switches()
+        device = resolve_device(device)
+    except click.UsageError as exc:  # one line, exit 2 (1 is reserved for a mismatch)
+        click.echo(f"Error: {exc.format_message()}", err=True)
+        sys.exit(2)
     from ..selftest import CPU_DEFAULT, GPU_DEFAULT, render, run_selftest
 
     progress = None if as_json else (lambda m: click.echo(f"... {m}", err=True))
