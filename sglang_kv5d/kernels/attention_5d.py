@@ -148,17 +148,22 @@ def _load_kv_tile(
     FP8_MODE: tl.constexpr,
     COMPUTE: tl.constexpr,
 ):
-    """K^T tile ``[BLOCK_D, BLOCK_N]``, V tile ``[BLOCK_N, BLOCK_D]`` and
-    ``tok_ok`` ``[BLOCK_N]`` for tokens ``n0 .. n0 + BLOCK_N - 1`` of one
-    sequence / KV head, in COMPUTE dtype.
+    """K^T tile ``[BLOCK_D, BLOCK_N]``, V tile ``[BLOCK_N, BLOCK_D]`` (COMPUTE
+    dtype), ``tok_ok`` ``[BLOCK_N]`` and ``tile_ok`` (scalar) for tokens
+    ``n0 .. n0 + BLOCK_N - 1`` of one sequence / KV head.
 
-    ``tok_ok`` is False for tokens whose block id is outside ``[0, n_blocks)``:
-    their K and V are loaded as zeros from nowhere (masked loads of block 0),
-    and callers mask their scores. Tokens past ``ctx`` read block 0 (in
-    bounds, values garbage): callers mask them too. ``ctx`` never exceeds the
-    block table's width x PAGE, so table reads stay in the row. ``n0`` is a
-    multiple of BLOCK_N (a multiple of X), so every X-group of tokens lies in
-    one page at consecutive offsets.
+    Block ids outside ``[0, n_blocks)`` never address memory: they are
+    replaced by block 0. With ``PAGE_ALIGNED`` the tile is one block:
+    ``tile_ok`` is False when its id was bad, the tile holds block 0's values
+    (anything, NaN included) and callers discard the tile's whole update (a
+    scalar select on the accumulators, which leaves the pipelined loop as it
+    is; a per-key score mask there doubled the shared memory of the sm_90
+    decode). Otherwise ``tok_ok`` is False for the tokens of bad blocks, whose
+    K and V load as zeros, and callers mask their scores. Tokens past ``ctx``
+    read block 0 too (callers mask them). ``ctx`` never exceeds the block
+    table's width x PAGE, so table reads stay in the row. ``n0`` is a multiple
+    of BLOCK_N (a multiple of X), so every X-group of tokens lies in one page
+    at consecutive offsets.
     """
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -179,8 +184,8 @@ def _load_kv_tile(
             # vectors (a 3-D tile leaves the lane order to a tie-break that
             # put the lanes of K on 32 different chunks: every sector was
             # fetched twice, half by each of two loads).
-            ok, blk = _block_ok(tl.load(bt_row + n0 // PAGE).to(tl.int64), n_blocks)
-            tok_ok = (offs_n >= 0) & ok
+            tile_ok, blk = _block_ok(tl.load(bt_row + n0 // PAGE).to(tl.int64), n_blocks)
+            tok_ok = offs_n >= 0
             t0 = n0 % PAGE
             okx = tl.arange(0, BLOCK_N * X)
             odx = tl.arange(0, BLOCK_D * X)
@@ -189,11 +194,11 @@ def _load_kv_tile(
             v_ptrs = (v_head + blk * stride_vb + ((t0 // X + otc) * stride_vc)[:, None]
                       + odx[None, :])
             if BLOCK_D == D:
-                k2 = tl.load(k_ptrs, mask=ok, other=0)
-                v2 = tl.load(v_ptrs, mask=ok, other=0)
+                k2 = tl.load(k_ptrs)
+                v2 = tl.load(v_ptrs)
             else:
-                k2 = tl.load(k_ptrs, mask=(oc < D // X)[:, None] & ok, other=0)
-                v2 = tl.load(v_ptrs, mask=(odx < D * X)[None, :] & ok, other=0)
+                k2 = tl.load(k_ptrs, mask=(oc < D // X)[:, None], other=0)
+                v2 = tl.load(v_ptrs, mask=(odx < D * X)[None, :], other=0)
             k3 = tl.reshape(k2, (BLOCK_C, BLOCK_N, X))
             v3 = tl.reshape(v2, (TC, BLOCK_D, X))
         else:
@@ -202,6 +207,7 @@ def _load_kv_tile(
             tok = n0 + offs_n
             tok_ok, blk = _block_ok(
                 tl.load(bt_row + tok // PAGE, mask=tok < ctx, other=0).to(tl.int64), n_blocks)
+            tile_ok = n0 >= 0
             k_ptrs = k_head + (blk * stride_kb + (tok % PAGE) * X)[None, :, None] + k_off
             tokg = n0 + otc * X
             g_ok, blkg = _block_ok(
@@ -227,8 +233,8 @@ def _load_kv_tile(
         k_dpart = (offs_d[:, None] // X) * stride_kc + (offs_d[:, None] % X)
         v_dpart = offs_d[None, :] * X
         if PAGE_ALIGNED:
-            ok, blk = _block_ok(tl.load(bt_row + n0 // PAGE).to(tl.int64), n_blocks)
-            tok_ok = (offs_n >= 0) & ok
+            tile_ok, blk = _block_ok(tl.load(bt_row + n0 // PAGE).to(tl.int64), n_blocks)
+            tok_ok = offs_n >= 0
             t0 = n0 % PAGE
             k_ptrs = k_head + blk * stride_kb + t0 * X + (offs_n * X)[None, :] + k_dpart
             v_ptrs = (
@@ -242,24 +248,40 @@ def _load_kv_tile(
             tok = n0 + offs_n
             tok_ok, blk = _block_ok(
                 tl.load(bt_row + tok // PAGE, mask=tok < ctx, other=0).to(tl.int64), n_blocks)
+            tile_ok = n0 >= 0
             t = tok % PAGE
             k_ptrs = k_head + (blk * stride_kb + t * X)[None, :] + k_dpart
             v_ptrs = (
                 v_head + (blk * stride_vb + (t // X) * stride_vc + (t % X))[:, None] + v_dpart
             )
-        km = tok_ok[None, :]
-        vm = tok_ok[:, None]
-        if BLOCK_D != D:
-            km = km & (offs_d < D)[:, None]
-            vm = vm & (offs_d < D)[None, :]
-        k = tl.load(k_ptrs, mask=km, other=0)
-        v = tl.load(v_ptrs, mask=vm, other=0)
+        if PAGE_ALIGNED:
+            if BLOCK_D == D:
+                k = tl.load(k_ptrs)
+                v = tl.load(v_ptrs)
+            else:
+                k = tl.load(k_ptrs, mask=(offs_d < D)[:, None], other=0)
+                v = tl.load(v_ptrs, mask=(offs_d < D)[None, :], other=0)
+        else:
+            km = tok_ok[None, :]
+            vm = tok_ok[:, None]
+            if BLOCK_D != D:
+                km = km & (offs_d < D)[:, None]
+                vm = vm & (offs_d < D)[None, :]
+            k = tl.load(k_ptrs, mask=km, other=0)
+            v = tl.load(v_ptrs, mask=vm, other=0)
         if FP8_MODE > 0:
             k = _fp8_to_f16(k, FP8_MODE)
             v = _fp8_to_f16(v, FP8_MODE)
         k = k.to(COMPUTE)
         v = v.to(COMPUTE)
-    return k, v, tok_ok
+    return k, v, tok_ok, tile_ok
+
+
+@triton.jit
+def _keep_if(ok, new_m, new_l, new_acc, m_i, l_i, acc):
+    """The online-softmax state after a tile, or before it when ``ok`` (a
+    scalar) is False: a tile of a bad block id leaves no trace, NaN included."""
+    return tl.where(ok, new_m, m_i), tl.where(ok, new_l, l_i), tl.where(ok, new_acc, acc)
 
 
 @triton.jit
@@ -396,26 +418,34 @@ def _decode_5d_kernel(
     # Tiles entirely inside the context need no V masking (their slots hold written
     # data); only the sequence's last, partial tile does, so it is peeled off.
     full_end = tl.minimum(end, (ctx // BLOCK_N) * BLOCK_N)
-    # Tokens of blocks outside the cache are masked like tokens outside the
-    # window (their K/V loads are masked to zeros).
+    # A tile of a block id outside the cache leaves the state as it was
+    # (PAGE_ALIGNED); otherwise such tokens are masked like tokens outside
+    # the window.
     for n0 in tl.range(start, full_end, BLOCK_N, num_stages=NUM_STAGES):
-        k, v, tok_ok = _load_kv_tile(
+        k, v, tok_ok, tile_ok = _load_kv_tile(
             k_head, v_head, bt_row, n0, ctx, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
             D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE,
         )
-        m_i, l_i, acc = _softmax_step(
-            q, k, v, m_i, l_i, acc, (n0 + offs_n >= lo) & tok_ok, qk_scale, logit_cap, HAS_CAP, True, False
-        )
+        if PAGE_ALIGNED:
+            m_n, l_n, acc_n = _softmax_step(
+                q, k, v, m_i, l_i, acc, n0 + offs_n >= lo, qk_scale, logit_cap, HAS_CAP, HAS_WINDOW, False
+            )
+            m_i, l_i, acc = _keep_if(tile_ok, m_n, l_n, acc_n, m_i, l_i, acc)
+        else:
+            m_i, l_i, acc = _softmax_step(
+                q, k, v, m_i, l_i, acc, (n0 + offs_n >= lo) & tok_ok, qk_scale, logit_cap, HAS_CAP, True, False
+            )
     tail = tl.maximum(full_end, start)
     if tail < end:
         tok = tail + offs_n
-        k, v, tok_ok = _load_kv_tile(
+        k, v, tok_ok, tile_ok = _load_kv_tile(
             k_head, v_head, bt_row, tail, ctx, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
             D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE,
         )
-        m_i, l_i, acc = _softmax_step(
+        m_n, l_n, acc_n = _softmax_step(
             q, k, v, m_i, l_i, acc, (tok < ctx) & (tok >= lo) & tok_ok, qk_scale, logit_cap, HAS_CAP, True, True
         )
+        m_i, l_i, acc = _keep_if(tile_ok, m_n, l_n, acc_n, m_i, l_i, acc)
 
     if DIRECT:
         if HAS_SINK:
@@ -628,14 +658,17 @@ def _extend_5d_kernel(
         for n0 in range(lo, hi, BLOCK_N):
             tok = n0 + offs_n
             in_ctx = tok < kv_len
-            k, v, tok_ok = _load_kv_tile(
+            k, v, tok_ok, tile_ok = _load_kv_tile(
                 k_head, v_head, bt_row, n0, kv_len, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
                 D, BLOCK_D, BLOCK_N, PAGE, X, PAGE % BLOCK_N == 0, LOAD3D, FP8_MODE, COMPUTE,
             )
+            # one block per tile (PAGE % BLOCK_N == 0): a bad id discards the
+            # tile's update below (tok_ok is all True); else per token
+            kv_ok = in_ctx & tok_ok
             s = tl.dot(q, k) * qk_scale
             if HAS_CAP:
                 s = logit_cap * _tanh(s / logit_cap)
-            valid = (in_ctx & tok_ok)[None, :] & mask_m[:, None]
+            valid = kv_ok[None, :] & mask_m[:, None]
             if CAUSAL:
                 valid = valid & (tok[None, :] <= pos[:, None])
             if HAS_WINDOW:
@@ -647,10 +680,10 @@ def _extend_5d_kernel(
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp2(m_i - m_safe)
             p = tl.exp2(s - m_safe[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.where(in_ctx[:, None], v, 0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(COMPUTE), v)
-            m_i = m_new
+            v = tl.where(kv_ok[:, None], v, 0.0)
+            acc_new = acc * alpha[:, None] + tl.dot(p.to(COMPUTE), v)
+            l_new = l_i * alpha + tl.sum(p, 1)
+            m_i, l_i, acc = _keep_if(tile_ok, m_new, l_new, acc_new, m_i, l_i, acc)
 
         if HAS_SINK:
             sink2 = tl.load(SINKS + hq).to(tl.float32) * 1.4426950408889634
