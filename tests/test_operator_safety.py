@@ -332,7 +332,8 @@ def _command_text(script: str) -> str:
 
 
 def _hostile_cases(tmp):
-    """(label, argv, env, expect_run) for each vector; every payload would create a PWN* file."""
+    """(label, argv, env, expect_run) for each vector; each payload is a command on a line of its own
+    (newlines before and after), which ran when the dry run printed values raw into comments."""
     d = os.path.join(tmp, "profiles")
     os.makedirs(d)
 
@@ -346,20 +347,20 @@ def _hostile_cases(tmp):
     base = ["launch", "--kv5d-dry-run", "--kv5d-platform", "cpu"]
     return [
         ("profile args value", base + ["--kv5d-profile", prof("a.toml", f'args = ["--model-path", "/m", '
-                                       f'"--served-model-name", "x{nl}touch PWN1"]\n')], {}, True),
-        ("command-line value", base + [*MODEL, "--served-model-name", "y\ntouch PWN2", "--api-key", "k'; touch PWN2b; '"],
+                                       f'"--served-model-name", "x{nl}touch PWN1{nl}"]\n')], {}, True),
+        ("command-line value", base + [*MODEL, "--served-model-name", "y\ntouch PWN2\n", "--api-key", "k'; touch PWN2b; '"],
          {}, True),
-        ("profile description", base + ["--kv5d-profile", prof("c.toml", f'description = "d{nl}touch PWN3 $(touch PWN3b)"\n'
+        ("profile description", base + ["--kv5d-profile", prof("c.toml", f'description = "d{nl}touch PWN3{nl}$(touch PWN3b)"\n'
                                         'args = ["--model-path", "/m"]\n')], {}, True),
-        ("[env] key", base + ["--kv5d-profile", prof("d.toml", f'[env]\n"X{nl}touch PWN4" = "1"\n')], {}, False),
+        ("[env] key", base + ["--kv5d-profile", prof("d.toml", f'[env]\n"X{nl}touch PWN4{nl}" = "1"\n')], {}, False),
         ("profile path", base + ["--kv5d-profile", prof("e\ntouch PWN5\n.toml", 'args = ["--model-path", "/m"]\n')],
          {}, True),
         ("exported value overridden by --kv5d-env", base + ["--kv5d-env", "SGLANG_VLM_CACHE_SIZE_MB=2", *MODEL],
-         {"SGLANG_VLM_CACHE_SIZE_MB": "1\ntouch PWN6"}, True),
-        ("renamed flag's value", base + [*MODEL, "--cuda-graph-max-bs=4\ntouch PWN7"], {}, False),
+         {"SGLANG_VLM_CACHE_SIZE_MB": "1\ntouch PWN6\n"}, True),
+        ("renamed flag's value", base + [*MODEL, "--cuda-graph-max-bs=4\ntouch PWN7\n"], {}, False),
         ("[env] value", base + ["--kv5d-profile", prof("h.toml", 'args = ["--model-path", "/m"]\n[env]\n'
-                                f'SGLANG_VLM_CACHE_SIZE_MB = "1{nl}touch PWN8 `touch PWN8b`"\n')], {}, True),
-        ("kept exported value", base + [*MODEL], {"SGLANG_USE_AITER": "1\ntouch PWN9"}, True),
+                                f'SGLANG_VLM_CACHE_SIZE_MB = "1{nl}touch PWN8{nl}`touch PWN8b`"\n')], {}, True),
+        ("kept exported value", base + [*MODEL], {"SGLANG_USE_AITER": "1\ntouch PWN9\n"}, True),
     ]
 
 
@@ -400,7 +401,7 @@ def test_dry_run_of_each_hostile_input_is_safe_to_run_with_bash(tmp_path):
 
 def test_dry_run_hostile_command_line_in_a_real_subprocess(tmp_path):
     p = run_cli(["launch", "--kv5d-dry-run", "--kv5d-platform", "cpu", *MODEL, "--served-model-name",
-                 "x\ntouch PWN"])
+                 "x\ntouch PWN\n"])
     _no_traceback(p.stderr)
     assert p.returncode == 0, p
     (tmp_path / "s.sh").write_text(p.stdout.replace(_command_text(p.stdout), "true"))  # all but the exec itself
