@@ -867,12 +867,16 @@ def _decode_config_amd(D: int, G: int, page: int, X: int, fp8: bool, target: Ker
 
 
 def _extend_config_amd(D: int, G: int, page: int, X: int, fp8: bool, target: KernelTarget):
-    """AMD: the H200's tiles (16 x 32 at D=256, 32 x 32 at D<=128), with 8
-    waves per program at D<=128 too: with 4, a 32 x 32 tile at D=128 takes
-    161-171 VGPRs (2 waves per SIMD on gfx942); with 8, 157-168 spread over
-    twice the lanes, 3 waves. Static figures: tests/test_amd_gate.py."""
-    BD = _pow2(D)
-    return (32 if BD <= 128 else 16), 32, 8
+    """AMD: 8 waves per program, and at D=256 tiles of 32 query rows x 16
+    keys instead of the H200's 16 x 32 (the same work per step, each K/V
+    tile read for twice the rows). Compiled for gfx942 with Triton 3.8: 16 x
+    32 takes 169 VGPRs for fp8 (2 waves per SIMD), 32 x 16 takes 158 (3
+    waves) and half the LDS; at D<=128, 32 x 32 with 8 waves instead of 4
+    takes 157-168 VGPRs over twice the lanes (3 waves instead of 2). Static
+    figures per Triton: tests/test_amd_gate.py."""
+    if _pow2(D) >= 256:
+        return 32, 16, 8
+    return 32, 32, 8
 
 
 def _decode_config(D: int, G: int, page: int, X: int, fp8: bool):
@@ -996,12 +1000,13 @@ def resident_ctas_of(compiled, device: torch.device) -> int:
 
 
 def _use_pdl(target: KernelTarget) -> bool:
-    """Programmatic dependent launch of the reduce kernel: NVIDIA sm_90+ only."""
-    import os
-
+    """Programmatic dependent launch of the reduce kernel: NVIDIA sm_90+ only,
+    unless ``SGLANG_KV5D_ATTN_PDL`` turns it off (the switch registry parses it)."""
     if not target.is_nvidia or not target.arch.startswith("sm_") or int(target.arch[3:5]) < 90:
         return False
-    return os.environ.get("SGLANG_KV5D_ATTN_PDL", "1") not in ("0", "false", "no")
+    from .. import config
+
+    return bool(config.value(config.ATTN_PDL))
 
 
 def decode_attention_5d(
