@@ -343,6 +343,28 @@ def _spawn_section(ctx: DoctorContext) -> List[Check]:
     return [check_spawn()] if ctx.spawn else []
 
 
+def _kernels_section(ctx: DoctorContext) -> List[Check]:
+    """With ``options["kernels_for"]`` (an arch) or a GPU here: every kernel
+    compiled for it without launching (``sglang_kv5d.kernel_report``)."""
+    arch = ctx.options.get("kernels_for")
+    if arch is None:
+        info = ctx.facts.get("platform") or {}
+        if not info.get("device"):
+            return [Check("kernels", OK, "no GPU here: not compiled",
+                          "sglang-kv5d doctor --kernels-for gfx942|gfx950|sm_90 compiles them for an arch on any machine")]
+        arch = "device"
+    from .kernel_report import report_in_subprocess, summarize
+
+    ctx.progress(f"kernels: compiling every kernel for {arch} (a minute or more; Triton caches them)")
+    try:
+        rows = report_in_subprocess(arch)
+    except (RuntimeError, OSError) as exc:
+        return [Check("kernels", FAIL, str(exc), "run python -m sglang_kv5d.kernel_report --arch ARCH to see why")]
+    triton = rows[0]["triton"] if rows else "?"
+    return [Check("kernels", OK, f"{len(rows)} kernel variants compiled for {arch} with Triton {triton}")] + [
+        Check(f"kernel {e['name']}", e["status"], e["detail"], e["fix"]) for e in summarize(rows)]
+
+
 SECTIONS: List[Section] = [
     Section("versions", _versions_section),
     Section("platform", _platform_section),
@@ -350,6 +372,7 @@ SECTIONS: List[Section] = [
     Section("environment", lambda ctx: check_environment(ctx.environ)),
     Section("patch probes (imports SGLang)", _patches_section),
     Section("spawn probe", _spawn_section),
+    Section("kernels", _kernels_section),
 ]
 
 

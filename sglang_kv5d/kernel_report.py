@@ -26,7 +26,8 @@ import json
 import sys
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence
 
-__all__ = ["Geometry", "GEOMETRIES", "Case", "cases", "run_cases", "report", "main"]
+__all__ = ["Geometry", "GEOMETRIES", "Case", "cases", "run_cases", "report", "report_in_subprocess",
+           "summarize", "main"]
 
 PAGE = 64
 WRITE_TOKENS = (16, 2048, 32768)
@@ -213,13 +214,25 @@ def run_cases(target, selected: Sequence[Case], *, buffer_ops: Optional[bool]) -
     return rows
 
 
+def _target_named(arch: str):
+    """``known_target(arch)``, or the GPU of this process for ``"device"``."""
+    from .kernels.target import known_target, target_of
+
+    if arch == "device":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("--arch device: no GPU is visible to torch here")
+        return target_of(torch.device("cuda"))
+    return known_target(arch)
+
+
 def report(arch: str, *, buffer_ops: Sequence[Optional[bool]] = (None,),
            kinds: Optional[Iterable[str]] = None) -> List[Dict[str, Any]]:
-    """Rows for every case on ``arch`` ("gfx942", "gfx950", "sm_90") and each
-    buffer-ops setting (AMD only: True, False, or None for Triton's default)."""
-    from .kernels.target import known_target
-
-    target = known_target(arch)
+    """Rows for every case on ``arch`` ("gfx942", "gfx950", "sm_90", or
+    "device": the GPU here) and each buffer-ops setting (AMD only: True,
+    False, or None for Triton's default)."""
+    target = _target_named(arch)
     selected = cases(kinds)
     rows: List[Dict[str, Any]] = []
     settings = buffer_ops if target.is_amd else (None,)
@@ -246,9 +259,78 @@ def format_rows(rows: Sequence[Dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def report_in_subprocess(arch: str, *, timeout: float = 1200.0) -> List[Dict[str, Any]]:
+    """``report(arch)`` in a fresh interpreter without Triton's CPU interpreter
+    (a process that imported Triton with ``TRITON_INTERPRET=1`` cannot
+    compile; a crashing compiler takes only the child down). RuntimeError
+    naming the cause when the child gives no report."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, "-m", "sglang_kv5d.kernel_report", "--arch", arch, "--json"]
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"compiling the kernels for {arch} took over {timeout:.0f} s") from None
+    try:
+        rows = json.loads(proc.stdout)
+    except ValueError:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"the kernel report for {arch} failed (exit {proc.returncode}): {tail[:300]}") from None
+    if not isinstance(rows, list):
+        raise RuntimeError(f"the kernel report for {arch} is not a list of rows")
+    return rows
+
+
+_PATHS = {
+    "write": ("fused FP8 write", "SGLang's own FP8 write (the overlay falls back)"),
+    "decode": ("portable 5D decode ready", "no portable decode: aiter only (Kv5dNotReadyError without it)"),
+    "extend": ("portable 5D extend ready", "no portable extend: aiter only (Kv5dNotReadyError without it)"),
+    "store-floor": ("bench only", "bench only: the store floor cannot be timed"),
+}
+
+
+def summarize(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """One entry per kernel, KV dtype, geometry (and layout for the write):
+    ``name``, ``status`` (ok | warn), ``detail`` (worst figures over its
+    cases, and the path the overlay takes), ``fix``."""
+    groups: Dict[tuple, List[Dict[str, Any]]] = {}
+    for r in rows:
+        layout = r["case"].split()[0] if r["kernel"] in ("write", "store-floor") else ""
+        groups.setdefault((r["kernel"], r.get("name", ""), layout, r["kv"], r["geometry"]), []).append(r)
+    out = []
+    for (kernel, name, layout, kv, geometry), rs in groups.items():
+        label = f"{name.strip('_')} {layout} {kv} {geometry}".replace("  ", " ")
+        bad = [r for r in rs if not r["ok"]]
+        ok_path, bad_path = _PATHS.get(kernel, ("", ""))
+        if bad:
+            out.append({"name": label, "status": "warn",
+                        "detail": f"{len(bad)}/{len(rs)} cases do not compile ({bad[0]['error']}); path: {bad_path}",
+                        "fix": "report it with `sglang-kv5d doctor --json` and the Triton version; "
+                               "try another Triton (pytorch-triton-rocm) build"})
+            continue
+        arch = rs[0]["arch"]
+        if "vgpr" in rs[0]:
+            figures = (f"vgpr+agpr {max(r['vgpr'] + r['agpr'] for r in rs)}, sgpr {max(r['sgpr'] for r in rs)}, "
+                       f"LDS {max(r['lds'] for r in rs) // 1024} KiB, {min(r['waves'] for r in rs)} waves/SIMD")
+            if kv == "fp8" and kernel in ("write", "decode", "extend") and "reduce" not in name:
+                key = "cvt_to_fp8" if kernel == "write" else "cvt_from_fp8"
+                figures += ", fp8 " + ("hardware conversion" if all(r[key] for r in rs) else "integer encoder")
+        else:
+            figures = f"{max(r['registers'] for r in rs)} registers, {max(r['lds'] for r in rs) // 1024} KiB shared"
+        scratch = max(r.get("scratch", 0) for r in rs)
+        status, fix = "ok", ""
+        if scratch:
+            status, fix = "warn", "spills to scratch memory: slower than intended; report the figures"
+            figures += f", {scratch} B scratch"
+        out.append({"name": label, "status": status, "detail": f"{arch}: {figures}; path: {ok_path}", "fix": fix})
+    return out
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m sglang_kv5d.kernel_report", description=__doc__.split("\n\n")[0])
-    p.add_argument("--arch", required=True, help="gfx942, gfx950 or sm_90")
+    p.add_argument("--arch", required=True, help="gfx942, gfx950, sm_90, or device (the GPU here)")
     p.add_argument("--buffer-ops", choices=("default", "on", "off", "both"), default="default",
                    help="AMD: Triton's buffer-ops knob (default: the installed Triton's own default)")
     p.add_argument("--kernels", default=None, help="comma-separated: write,decode,extend,store-floor")

@@ -41,7 +41,11 @@ def _progress(enabled: bool):
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON (a list of {name, status, detail, fix}).")
 @click.option("--no-spawn", is_flag=True, help="Skip the spawn probe (starting a child interpreter).")
-def doctor(as_json: bool, no_spawn: bool) -> None:
+@click.option("--kernels-for", "kernels_for", type=click.Choice(["gfx942", "gfx950", "sm_90"]), default=None,
+              help="Compile every kernel for this GPU arch (on any machine, nothing is launched) and report "
+                   "registers, LDS / shared memory, waves per SIMD and the path the overlay takes; "
+                   "without it the GPU here is used, if any.")
+def doctor(as_json: bool, no_spawn: bool, kernels_for: Optional[str]) -> None:
     """Check that the overlay can work on this machine; explain what cannot.
 
     Reports Python / torch / triton / wrapt / SGLang / aiter versions, the
@@ -49,11 +53,15 @@ def doctor(as_json: bool, no_spawn: bool) -> None:
     elsewhere), the SGLang version verdict, whether SGLang discovers the
     plugin entry point (and whether SGLANG_PLUGINS filters it out), whether
     the .pth bootstrap is installed, each patch's probe against the installed
-    SGLang, and a spawn probe. Exits 1 when something required is broken.
+    SGLang, a spawn probe, and every kernel compiled for the GPU here (or
+    --kernels-for ARCH): one line per kernel with its registers, LDS, waves
+    per SIMD and which path the overlay will take (the fused kernel, or its
+    fallback). Exits 1 when something required is broken.
     """
     from ..doctor import FAIL, render, run_doctor
 
-    checks = run_doctor(progress=_progress(not as_json), spawn=not no_spawn)
+    checks = run_doctor(progress=_progress(not as_json), spawn=not no_spawn,
+                        options={"kernels_for": kernels_for})
     if as_json:
         click.echo(json.dumps([c.to_dict() for c in checks], indent=2))
     else:
