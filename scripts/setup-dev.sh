@@ -76,4 +76,16 @@ for v in 0.5.13.post1 0.5.16 0.5.20 0.5.23; do
     quiet_pip $PIP download -q --no-deps -d "$WHEELS" "sglang==$v"
   fi
 done
+# Triton versions for the AMD compile gate (tests/test_amd_gate.py), unpacked
+# (never imported by .venv itself: the gate puts one first on PYTHONPATH in a
+# subprocess). 3.5.1: buffer ops off by default; 3.6.0: on by default; 3.7.0:
+# what aiter pins; 3.9.0: the newest on PyPI. The installed one (.venv's) is
+# the fifth.
+for v in $(sed -e "s/#.*//" requirements/amd-gate-tritons.txt); do
+  if [ ! -f ".cache/triton/$v/triton/__init__.py" ]; then
+    log "unpacking triton==$v into .cache/triton/$v for the AMD compile gate"
+    rm -rf ".cache/triton/$v"
+    quiet_pip $PIP install -q --no-deps --no-compile --target ".cache/triton/$v" "triton==$v"
+  fi
+done
 log "done: $VENV is ready"

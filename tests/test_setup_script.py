@@ -76,9 +76,11 @@ def test_all_steps_succeed(project):
     proc, pip_calls = run_setup(project)
     assert proc.returncode == 0, proc.stderr
     assert "done: .venv is ready" in proc.stderr
-    # torch, the import closure, the editable install, the overlay, four wheels
-    # (sglang itself is skipped: the stand-in reports 0.5.23 already installed)
-    assert len(pip_calls) == 8, pip_calls
+    # torch, the import closure, the editable install, the overlay, four wheels,
+    # the four Triton versions of the AMD compile gate (sglang itself is
+    # skipped: the stand-in reports 0.5.23 already installed)
+    assert len(pip_calls) == 12, pip_calls
+    assert sum("--target .cache/triton/" in c for c in pip_calls) == 4, pip_calls
     assert (project / "site" / "sglang_kv5d.pth").exists()
 
 

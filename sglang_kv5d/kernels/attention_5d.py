@@ -867,15 +867,16 @@ def _decode_config_amd(D: int, G: int, page: int, X: int, fp8: bool, target: Ker
 
 
 def _extend_config_amd(D: int, G: int, page: int, X: int, fp8: bool, target: KernelTarget):
-    """AMD: 8 waves per program, and at D=256 tiles of 32 query rows x 16
-    keys instead of the H200's 16 x 32 (the same work per step, each K/V
-    tile read for twice the rows). Compiled for gfx942 with Triton 3.8: 16 x
-    32 takes 169 VGPRs for fp8 (2 waves per SIMD), 32 x 16 takes 158 (3
-    waves) and half the LDS; at D<=128, 32 x 32 with 8 waves instead of 4
-    takes 157-168 VGPRs over twice the lanes (3 waves instead of 2). Static
-    figures per Triton: tests/test_amd_gate.py."""
+    """AMD: 8 waves per program; at D=256 tiles of 16 query rows x 16 keys
+    instead of the H200's 16 x 32. Compiled for gfx942 (Triton 3.8 / 3.9,
+    buffer ops on and off): 16 x 32 takes 169 VGPRs for fp8 (2 waves per
+    SIMD); 32 x 16 takes 158-169, on the edge of 3 waves (3.9 without buffer
+    ops: 2); 16 x 16 takes 106-125 (4 waves) and 12-16 KiB of LDS. At D<=128,
+    32 x 32 with 8 waves instead of 4 takes 157-168 VGPRs over twice the
+    lanes (3 waves instead of 2). Static figures per Triton:
+    tests/test_amd_gate.py; speed on AMD is unmeasured."""
     if _pow2(D) >= 256:
-        return 32, 16, 8
+        return 16, 16, 8
     return 32, 32, 8
 
 
