@@ -22,6 +22,8 @@ import pytest
 
 from tests.amd import aiter_peer as P
 
+pytestmark = pytest.mark.sglang_independent  # aiter's source and Triton only: run once, not again on 0.5.16
+
 ROOT = Path(__file__).resolve().parents[2]
 TRITON_CACHE = ROOT / ".cache" / "triton"  # unpacked wheels: <version>/triton
 HEADS = ("4/1", "16/2")
