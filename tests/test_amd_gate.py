@@ -302,5 +302,7 @@ def test_the_peer_compiles_where_triton_has_gluon(gate):
 def test_docs_table_is_the_gates_own(gate):
     """docs/benchmarks.md's ROCm table is what this gate measured (regenerate
     it with scripts/amd_gate_table.sh after a kernel or configuration change)."""
+    if not SHARED.is_dir():
+        pytest.skip(f"{SHARED} is absent: the table's aiter rows cannot be compiled here")
     assert _docs_section() == gate_table(gate), (
         "docs/benchmarks.md's AMD table is stale: run bash scripts/amd_gate_table.sh")
