@@ -33,6 +33,7 @@ STATUS_DIR = "SGLANG_KV5D_STATUS_DIR"
 STATUS_READABLE = "SGLANG_KV5D_STATUS_READABLE"
 ATTN_IMPL = "SGLANG_KV5D_ATTN_IMPL"
 ATTN_PDL = "SGLANG_KV5D_ATTN_PDL"
+DEBUG_BOUNDS = "SGLANG_KV5D_DEBUG_BOUNDS"
 PEER_PATH = "SGLANG_KV5D_PEER_PATH"
 LAYOUT = "SGLANG_AITER_KV_CACHE_LAYOUT"
 USE_AITER = "SGLANG_USE_AITER"
@@ -231,6 +232,13 @@ SWITCHES: Dict[str, Switch] = {
             ATTN_PDL, True,
             "programmatic dependent launch of the 5D decode reduce kernel (NVIDIA sm_90+ only; no effect elsewhere)",
             f"export {ATTN_PDL}=0 to launch the reduce kernel plainly, or unset it",
+        ),
+        _bool_switch(
+            DEBUG_BOUNDS, False,
+            "debugging only: the 5D attention kernels' metadata (block ids, lengths, `qo_indptr`) is read on the "
+            "host before every launch and a value the kernels would clamp or mask raises `ValueError` (a device "
+            "sync per call; skipped inside CUDA-graph capture)",
+            f"unset {DEBUG_BOUNDS} (or {DEBUG_BOUNDS}=0) for serving",
         ),
         Switch(
             PEER_PATH, OURS, "an absolute directory path", None, "unset",

@@ -65,7 +65,7 @@ import triton.language as tl
 
 from .target import KernelTarget, interpreting, target_of
 
-__all__ = ["decode_attention_5d", "extend_attention_5d", "decode_config", "extend_config"]
+__all__ = ["decode_attention_5d", "extend_attention_5d", "decode_config", "extend_config", "check_metadata_values"]
 
 _LOG2E = 1.4426950408889634
 _INT32_MAX = 2**31 - 1
@@ -809,6 +809,48 @@ def _check_metadata(q, batch: int, block_tables, lens, lens_name: str, sinks, H_
                          f"{tuple(out.shape)} strides {out.stride()}")
 
 
+def check_metadata_values(block_tables, lens, *, num_blocks: int, page: int, batch: int,
+                          qo_indptr=None, total_q: Optional[int] = None, lens_name: str = "context_lens") -> None:
+    """Raise ValueError naming every value the kernels would clamp or mask:
+    block ids outside ``[0, num_blocks)`` within a sequence's length, lengths
+    outside ``[0, block_tables.shape[1] * page]``, and
+    ``qo_indptr`` entries outside ``[0, total_q]`` or decreasing. Reads the
+    tensors on the host (a device sync): for debugging
+    (``SGLANG_KV5D_DEBUG_BOUNDS=1``) and tests, never on the serving path."""
+    width = block_tables.shape[1]
+    ls = lens[:batch].tolist()
+    problems = []
+    for b, n in enumerate(ls):
+        if not 0 <= n <= width * page:
+            problems.append(f"{lens_name}[{b}]={n} outside [0, {width * page}] "
+                            f"(block table width {width} x page {page})")
+        used = -(-max(0, min(n, width * page)) // page)
+        if used:
+            row = block_tables[b, :used]
+            bad = ((row < 0) | (row >= num_blocks)).nonzero().flatten().tolist()
+            if bad:
+                problems.append(f"block_tables[{b}, {bad[0]}]={int(row[bad[0]])} outside [0, {num_blocks})"
+                                + (f" (and {len(bad) - 1} more in that row)" if len(bad) > 1 else ""))
+    if qo_indptr is not None:
+        ind = qo_indptr.tolist()
+        for i, x in enumerate(ind):
+            if not 0 <= x <= total_q or (i and x < ind[i - 1]):
+                problems.append(f"qo_indptr[{i}]={x}: entries must be non-decreasing in [0, {total_q}]")
+                break
+    if problems:
+        raise ValueError("5D attention metadata out of range (SGLANG_KV5D_DEBUG_BOUNDS): " + "; ".join(problems[:8])
+                         + (f"; {len(problems) - 8} more" if len(problems) > 8 else ""))
+
+
+def _debug_bounds(device) -> bool:
+    """SGLANG_KV5D_DEBUG_BOUNDS on, and not inside a CUDA-graph capture (where a sync is not allowed)."""
+    from .. import config
+
+    if not config.value(config.DEBUG_BOUNDS):
+        return False
+    return not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+
+
 def _scale_args(scale, device):
     """(pointer tensor, float value, is_ptr)."""
     if scale is None:
@@ -1062,6 +1104,8 @@ def decode_attention_5d(
     if block_tables.stride(1) != 1:
         block_tables = block_tables.contiguous()
     max_ctx = min(block_tables.shape[1] * page, _INT32_MAX)
+    if _debug_bounds(q.device):
+        check_metadata_values(block_tables, context_lens, num_blocks=nb, page=page, batch=B)
 
     if _config is None:
         _config = decode_config(D, G, page, X, fp8_mode > 0, target)
@@ -1214,6 +1258,9 @@ def extend_attention_5d(
     if block_tables.stride(1) != 1:
         block_tables = block_tables.contiguous()
     max_ctx = min(block_tables.shape[1] * page, _INT32_MAX)
+    if _debug_bounds(q.device):
+        check_metadata_values(block_tables, kv_lens, num_blocks=nb, page=page, batch=B, qo_indptr=qo_indptr,
+                              total_q=T, lens_name="kv_lens")
 
     BLOCK_D = _pow2(D)
     block_m, block_n, ext_warps = _config or extend_config(D, G, page, X, fp8_mode > 0, target)

@@ -201,3 +201,25 @@ def test_host_visible_mistakes_name_the_argument():
         A.extend_attention_5d(q, k5, v5, bt, qo.float(), ctx, sm_scale=0.1)
     with pytest.raises(ValueError, match="out"):
         A.extend_attention_5d(q, k5, v5, bt, qo, ctx, sm_scale=0.1, out=torch.empty(3, HQ, D))
+
+
+def test_debug_bounds_switch_raises_naming_the_value(monkeypatch):
+    """SGLANG_KV5D_DEBUG_BOUNDS=1: what the kernels would clamp or mask is an
+    error naming the entry (off: the defined results above, no sync)."""
+    gen = torch.Generator().manual_seed(5)
+    k5, v5 = _caches(torch.bfloat16, gen)
+    q = torch.randn(2, HQ, D, generator=gen).to(torch.bfloat16)
+    bt = _table([[0, NB], [1]], 2)
+    ctx = torch.tensor([2 * PAGE, 5], dtype=torch.int32)
+    A.decode_attention_5d(q, k5, v5, bt, ctx, sm_scale=0.1)  # off: no error
+    monkeypatch.setenv("SGLANG_KV5D_DEBUG_BOUNDS", "1")
+    with pytest.raises(ValueError, match=rf"block_tables\[0, 1\]={NB} outside \[0, {NB}\)"):
+        A.decode_attention_5d(q, k5, v5, bt, ctx, sm_scale=0.1)
+    with pytest.raises(ValueError, match=r"context_lens\[1\]=99 outside \[0, 32\]"):
+        A.decode_attention_5d(q, k5, v5, _table([[0, 1], [2, 3]], 2), torch.tensor([3, 99], dtype=torch.int32),
+                              sm_scale=0.1)
+    with pytest.raises(ValueError, match=r"qo_indptr\[2\]=1: entries must be non-decreasing"):
+        A.extend_attention_5d(q, k5, v5, _table([[0], [1]], 1), torch.tensor([0, 2, 1]),
+                              torch.tensor([3, 3]), sm_scale=0.1)
+    A.decode_attention_5d(q, k5, v5, _table([[0, 1], [2, 3]], 2), torch.tensor([3, 0], dtype=torch.int32),
+                          sm_scale=0.1)  # valid metadata passes
