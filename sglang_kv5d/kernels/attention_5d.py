@@ -147,6 +147,7 @@ def _load_kv_tile(
     LOAD3D: tl.constexpr,
     FP8_MODE: tl.constexpr,
     COMPUTE: tl.constexpr,
+    MASK_TILE: tl.constexpr,
 ):
     """K^T tile ``[BLOCK_D, BLOCK_N]``, V tile ``[BLOCK_N, BLOCK_D]`` (COMPUTE
     dtype), ``tok_ok`` ``[BLOCK_N]`` and ``tile_ok`` (scalar) for tokens
@@ -154,11 +155,12 @@ def _load_kv_tile(
 
     Block ids outside ``[0, n_blocks)`` never address memory: they are
     replaced by block 0. With ``PAGE_ALIGNED`` the tile is one block:
-    ``tile_ok`` is False when its id was bad, the tile holds block 0's values
-    (anything, NaN included) and callers discard the tile's whole update (a
-    scalar select on the accumulators, which leaves the pipelined loop as it
-    is; a per-key score mask there doubled the shared memory of the sm_90
-    decode). Otherwise ``tok_ok`` is False for the tokens of bad blocks, whose
+    ``tile_ok`` is False when its id was bad; with ``MASK_TILE`` its K and V
+    load as zeros (callers add -inf to its scores), else the tile holds block
+    0's values (anything, NaN included) and callers discard the tile's whole
+    update (a scalar select on the accumulators). Either leaves the pipelined
+    loop as it is: a per-key score mask there doubled the shared memory of
+    the sm_90 decode. Otherwise ``tok_ok`` is False for the tokens of bad blocks, whose
     K and V load as zeros, and callers mask their scores. Tokens past ``ctx``
     read block 0 too (callers mask them). ``ctx`` never exceeds the block
     table's width x PAGE, so table reads stay in the row. ``n0`` is a multiple
@@ -193,7 +195,12 @@ def _load_kv_tile(
                       + okx[None, :])
             v_ptrs = (v_head + blk * stride_vb + ((t0 // X + otc) * stride_vc)[:, None]
                       + odx[None, :])
-            if BLOCK_D == D:
+            if MASK_TILE:
+                km = (oc < D // X)[:, None] & tile_ok
+                vm = (odx < D * X)[None, :] & tile_ok
+                k2 = tl.load(k_ptrs, mask=km, other=0)
+                v2 = tl.load(v_ptrs, mask=vm, other=0)
+            elif BLOCK_D == D:
                 k2 = tl.load(k_ptrs)
                 v2 = tl.load(v_ptrs)
             else:
@@ -254,7 +261,10 @@ def _load_kv_tile(
             v_ptrs = (
                 v_head + (blk * stride_vb + (t // X) * stride_vc + (t % X))[:, None] + v_dpart
             )
-        if PAGE_ALIGNED:
+        if PAGE_ALIGNED and MASK_TILE:
+            k = tl.load(k_ptrs, mask=(offs_d < D)[:, None] & tile_ok, other=0)
+            v = tl.load(v_ptrs, mask=(offs_d < D)[None, :] & tile_ok, other=0)
+        elif PAGE_ALIGNED:
             if BLOCK_D == D:
                 k = tl.load(k_ptrs)
                 v = tl.load(v_ptrs)
@@ -286,11 +296,13 @@ def _keep_if(ok, new_m, new_l, new_acc, m_i, l_i, acc):
 
 @triton.jit
 def _softmax_step(
-    q, k, v, m_i, l_i, acc, valid, qk_scale, logit_cap,
+    q, k, v, m_i, l_i, acc, valid, qk_scale, logit_cap, bias,
     HAS_CAP: tl.constexpr, MASK_S: tl.constexpr, MASK_V: tl.constexpr,
 ):
-    """One online-softmax step (log2 domain) over a K/V tile; ``valid`` is per key."""
-    s = tl.dot(q, k) * qk_scale
+    """One online-softmax step (log2 domain) over a K/V tile; ``valid`` is per
+    key; ``bias`` (a scalar: 0, or -inf for a tile whose K and V loaded as
+    zeros) is added to every score."""
+    s = tl.dot(q, k) * qk_scale + bias
     if HAS_CAP:
         s = logit_cap * _tanh(s / logit_cap)
     s = s * 1.4426950408889634
@@ -368,6 +380,7 @@ def _decode_5d_kernel(
     NUM_STAGES: tl.constexpr,
     LOAD3D: tl.constexpr,
     USE_PDL: tl.constexpr,
+    MASK_TILE: tl.constexpr,
 ):
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -419,31 +432,37 @@ def _decode_5d_kernel(
     # data); only the sequence's last, partial tile does, so it is peeled off.
     full_end = tl.minimum(end, (ctx // BLOCK_N) * BLOCK_N)
     # A tile of a block id outside the cache leaves the state as it was
-    # (PAGE_ALIGNED); otherwise such tokens are masked like tokens outside
-    # the window.
+    # (PAGE_ALIGNED: zeros and -inf scores with MASK_TILE, else a select on
+    # the state); otherwise such tokens are masked like tokens outside the
+    # window. The host picks which (``_mask_tile``).
     for n0 in tl.range(start, full_end, BLOCK_N, num_stages=NUM_STAGES):
         k, v, tok_ok, tile_ok = _load_kv_tile(
             k_head, v_head, bt_row, n0, ctx, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
-            D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE,
+            D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE, MASK_TILE,
         )
-        if PAGE_ALIGNED:
+        if PAGE_ALIGNED and MASK_TILE:
+            m_i, l_i, acc = _softmax_step(
+                q, k, v, m_i, l_i, acc, n0 + offs_n >= lo, qk_scale, logit_cap,
+                tl.where(tile_ok, 0.0, float("-inf")), HAS_CAP, HAS_WINDOW, False
+            )
+        elif PAGE_ALIGNED:
             m_n, l_n, acc_n = _softmax_step(
-                q, k, v, m_i, l_i, acc, n0 + offs_n >= lo, qk_scale, logit_cap, HAS_CAP, HAS_WINDOW, False
+                q, k, v, m_i, l_i, acc, n0 + offs_n >= lo, qk_scale, logit_cap, 0.0, HAS_CAP, HAS_WINDOW, False
             )
             m_i, l_i, acc = _keep_if(tile_ok, m_n, l_n, acc_n, m_i, l_i, acc)
         else:
             m_i, l_i, acc = _softmax_step(
-                q, k, v, m_i, l_i, acc, (n0 + offs_n >= lo) & tok_ok, qk_scale, logit_cap, HAS_CAP, True, False
+                q, k, v, m_i, l_i, acc, (n0 + offs_n >= lo) & tok_ok, qk_scale, logit_cap, 0.0, HAS_CAP, True, False
             )
     tail = tl.maximum(full_end, start)
     if tail < end:
         tok = tail + offs_n
         k, v, tok_ok, tile_ok = _load_kv_tile(
             k_head, v_head, bt_row, tail, ctx, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
-            D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE,
+            D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE, MASK_TILE,
         )
         m_n, l_n, acc_n = _softmax_step(
-            q, k, v, m_i, l_i, acc, (tok < ctx) & (tok >= lo) & tok_ok, qk_scale, logit_cap, HAS_CAP, True, True
+            q, k, v, m_i, l_i, acc, (tok < ctx) & (tok >= lo) & tok_ok, qk_scale, logit_cap, 0.0, HAS_CAP, True, True
         )
         m_i, l_i, acc = _keep_if(tile_ok, m_n, l_n, acc_n, m_i, l_i, acc)
 
@@ -660,7 +679,7 @@ def _extend_5d_kernel(
             in_ctx = tok < kv_len
             k, v, tok_ok, tile_ok = _load_kv_tile(
                 k_head, v_head, bt_row, n0, kv_len, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
-                D, BLOCK_D, BLOCK_N, PAGE, X, PAGE % BLOCK_N == 0, LOAD3D, FP8_MODE, COMPUTE,
+                D, BLOCK_D, BLOCK_N, PAGE, X, PAGE % BLOCK_N == 0, LOAD3D, FP8_MODE, COMPUTE, False,
             )
             # one block per tile (PAGE % BLOCK_N == 0): a bad id discards the
             # tile's update below (tok_ok is all True); else per token
@@ -1042,6 +1061,20 @@ def resident_ctas_of(compiled, device: torch.device) -> int:
     )
 
 
+def _mask_tile(target: KernelTarget, block_d: int, fp8: bool) -> bool:
+    """How the decode kernel drops a page-aligned tile of a bad block id:
+    masked loads and -inf scores (True) or a select on the softmax state
+    (False). From compiles against the kernel without bounds checks: on
+    sm_90 (Triton 3.6 / 3.8) fp8 at D = 256 takes the select (238-253
+    registers, no stack; masked loads needed 255 and spilled) and the rest
+    masks (registers as without bounds: D = 128 fp8 154/128 and bf16
+    168/167 on 3.8, bf16 D = 256 with 0-40 B of stack on 3.6 as before; the
+    select cost D = 128 a resident CTA and bf16 D = 256 up to 80 B of
+    stack). On gfx950 masking spilled 3-5 SGPRs in the fp8 D = 128 split
+    decode: AMD takes the select everywhere (tests/test_amd_gate.py)."""
+    return not target.is_amd and (block_d <= 128 or not fp8)
+
+
 def _use_pdl(target: KernelTarget) -> bool:
     """Programmatic dependent launch of the reduce kernel: NVIDIA sm_90+ only,
     unless ``SGLANG_KV5D_ATTN_PDL`` turns it off (the switch registry parses it)."""
@@ -1147,6 +1180,7 @@ def decode_attention_5d(
             FP8_MODE=fp8_mode, FP8_MUL=fp8_mul, K_SCALE_PTR=kis, V_SCALE_PTR=vis,
             HAS_WINDOW=has_window, HAS_CAP=has_cap, HAS_SINK=has_sink, DIRECT=direct,
             COMPUTE=cdt, NUM_STAGES=num_stages, LOAD3D=bool(load3d), USE_PDL=pdl,
+            MASK_TILE=_mask_tile(target, BLOCK_D, fp8_mode > 0),
             num_warps=num_warps, **launch_opts,
         )
 

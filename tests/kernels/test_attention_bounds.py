@@ -35,12 +35,12 @@ NB = 6  # blocks in the cache view
 PAD = 2  # poisoned blocks on each side of the view
 
 
-def _caches(kv_dtype, gen):
+def _caches(kv_dtype, gen, d=D):
     """(k_view, v_view): 5D caches of NB random blocks inside a buffer of
     NB + 2 * PAD blocks whose other blocks are poison."""
     X = 16 if kv_dtype == FN else 8
-    k = torch.randn(NB, PAGE, HKV, D, generator=gen, dtype=torch.float64)
-    v = torch.randn(NB, PAGE, HKV, D, generator=gen, dtype=torch.float64)
+    k = torch.randn(NB, PAGE, HKV, d, generator=gen, dtype=torch.float64)
+    v = torch.randn(NB, PAGE, HKV, d, generator=gen, dtype=torch.float64)
     if kv_dtype == FN:
         k5, v5 = nhd_to_5d(k.clamp(-200, 200).to(FN).view(torch.uint8), v.clamp(-200, 200).to(FN).view(torch.uint8), X)
         kb = torch.full((NB + 2 * PAD,) + tuple(k5.shape[1:]), 0x7F, dtype=torch.uint8)
@@ -70,7 +70,7 @@ def _expected_decode(q, k5, v5, row, ctx, kv_dtype):
     k, v = gather_kv_5d(k5, v5, torch.tensor(ok_blocks, dtype=torch.int32), ctx,
                         fp8_dtype=FN if kv_dtype == FN else None)
     valid = torch.tensor([0 <= row[t // PAGE] < NB for t in range(ctx)])
-    return _attend(q.to(torch.float64)[None], k, v, valid[None], D ** -0.5, 0.0, None)[0]
+    return _attend(q.to(torch.float64)[None], k, v, valid[None], q.shape[-1] ** -0.5, 0.0, None)[0]
 
 
 def _poisoned_out(shape, dtype=torch.bfloat16, pad=4):
@@ -78,11 +78,13 @@ def _poisoned_out(shape, dtype=torch.bfloat16, pad=4):
     return buf, buf[pad:pad + shape[0]]
 
 
-@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FN], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("kv_dtype,d", [(torch.bfloat16, D), (FN, D), (FN, 256)], ids=["bf16", "fp8", "fp8-d256"])
 @pytest.mark.parametrize("splits", [1, 2])
-def test_decode_masks_blocks_outside_the_cache_and_clamps_lengths(kv_dtype, splits):
+def test_decode_masks_blocks_outside_the_cache_and_clamps_lengths(kv_dtype, d, splits):
+    """Both ways a tile of a bad block id is dropped: zeros and -inf scores
+    (D <= 128, bf16) and the select on the softmax state (fp8 at D = 256)."""
     gen = torch.Generator().manual_seed(1)
-    k5, v5 = _caches(kv_dtype, gen)
+    k5, v5 = _caches(kv_dtype, gen, d)
     # seq 0: a block id = NB and one = -1 among valid ones; seq 1: a context
     # past the table's width (the wider table's extra columns name block 5,
     # which holds real data: only a read past the view would use it);
@@ -90,9 +92,9 @@ def test_decode_masks_blocks_outside_the_cache_and_clamps_lengths(kv_dtype, spli
     rows = [[0, NB, 2, -1], [1, 3], [4], [2]]
     ctx = torch.tensor([4 * PAGE - 3, 2 * PAGE + 40, -5, 0], dtype=torch.int32)
     bt = _table(rows, 4, extra_block=5)
-    q = torch.randn(4, HQ, D, generator=gen).to(torch.bfloat16)
-    buf, out = _poisoned_out((4, HQ, D))
-    A.decode_attention_5d(q, k5, v5, bt, ctx, sm_scale=D ** -0.5, num_splits=splits,
+    q = torch.randn(4, HQ, d, generator=gen).to(torch.bfloat16)
+    buf, out = _poisoned_out((4, HQ, d))
+    A.decode_attention_5d(q, k5, v5, bt, ctx, sm_scale=d ** -0.5, num_splits=splits,
                           k_scale=1.0 if kv_dtype == FN else None, v_scale=1.0 if kv_dtype == FN else None,
                           out=out)
     assert torch.isnan(buf[:4]).all() and torch.isnan(buf[-4:]).all(), "wrote outside out"
