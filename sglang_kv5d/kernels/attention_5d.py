@@ -301,11 +301,12 @@ def _softmax_step(
 ):
     """One online-softmax step (log2 domain) over a K/V tile; ``valid`` is per
     key; ``bias`` (a scalar: 0, or -inf for a tile whose K and V loaded as
-    zeros) is added to every score."""
-    s = tl.dot(q, k) * qk_scale + bias
+    zeros) is added to every score after the soft cap (which would turn -inf
+    into -cap)."""
+    s = tl.dot(q, k) * qk_scale
     if HAS_CAP:
         s = logit_cap * _tanh(s / logit_cap)
-    s = s * 1.4426950408889634
+    s = s * 1.4426950408889634 + bias
     if MASK_S:
         s = tl.where(valid[None, :], s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))

@@ -63,14 +63,14 @@ def _table(rows, width, extra=3, extra_block=0):
     return wide[:, :width]
 
 
-def _expected_decode(q, k5, v5, row, ctx, kv_dtype):
+def _expected_decode(q, k5, v5, row, ctx, kv_dtype, cap=0.0):
     """float64 decode output ``(H_q, D)`` of one sequence's query ``q``
     ``(H_q, D)`` over the tokens < ctx whose block id is valid."""
     ok_blocks = [b if 0 <= b < NB else 0 for b in row]
     k, v = gather_kv_5d(k5, v5, torch.tensor(ok_blocks, dtype=torch.int32), ctx,
                         fp8_dtype=FN if kv_dtype == FN else None)
     valid = torch.tensor([0 <= row[t // PAGE] < NB for t in range(ctx)])
-    return _attend(q.to(torch.float64)[None], k, v, valid[None], q.shape[-1] ** -0.5, 0.0, None)[0]
+    return _attend(q.to(torch.float64)[None], k, v, valid[None], q.shape[-1] ** -0.5, cap, None)[0]
 
 
 def _poisoned_out(shape, dtype=torch.bfloat16, pad=4):
@@ -78,32 +78,34 @@ def _poisoned_out(shape, dtype=torch.bfloat16, pad=4):
     return buf, buf[pad:pad + shape[0]]
 
 
-@pytest.mark.parametrize("kv_dtype,d", [(torch.bfloat16, D), (FN, D), (FN, 256)], ids=["bf16", "fp8", "fp8-d256"])
+@pytest.mark.parametrize("kv_dtype,d,cap", [(torch.bfloat16, D, 0.0), (FN, D, 0.0), (FN, 256, 0.0), (torch.bfloat16, D, 2.0)],
+                         ids=["bf16", "fp8", "fp8-d256", "bf16-softcap"])
 @pytest.mark.parametrize("splits", [1, 2])
-def test_decode_masks_blocks_outside_the_cache_and_clamps_lengths(kv_dtype, d, splits):
+def test_decode_masks_blocks_outside_the_cache_and_clamps_lengths(kv_dtype, d, cap, splits):
     """Both ways a tile of a bad block id is dropped: zeros and -inf scores
     (D <= 128, bf16) and the select on the softmax state (fp8 at D = 256)."""
     gen = torch.Generator().manual_seed(1)
     k5, v5 = _caches(kv_dtype, gen, d)
-    # seq 0: a block id = NB and one = -1 among valid ones; seq 1: a context
+    # seq 0: block ids NB and -1 before two valid ones (more bad keys than
+    # good: a bad tile's weight, even e**-cap under the soft cap, shows); seq 1: a context
     # past the table's width (the wider table's extra columns name block 5,
     # which holds real data: only a read past the view would use it);
     # seq 2: negative length; seq 3: zero length
-    rows = [[0, NB, 2, -1], [1, 3], [4], [2]]
+    rows = [[NB, -1, 2, 0], [1, 3], [4], [2]]
     ctx = torch.tensor([4 * PAGE - 3, 2 * PAGE + 40, -5, 0], dtype=torch.int32)
     bt = _table(rows, 4, extra_block=5)
     q = torch.randn(4, HQ, d, generator=gen).to(torch.bfloat16)
     buf, out = _poisoned_out((4, HQ, d))
-    A.decode_attention_5d(q, k5, v5, bt, ctx, sm_scale=d ** -0.5, num_splits=splits,
+    A.decode_attention_5d(q, k5, v5, bt, ctx, sm_scale=d ** -0.5, num_splits=splits, logit_cap=cap,
                           k_scale=1.0 if kv_dtype == FN else None, v_scale=1.0 if kv_dtype == FN else None,
                           out=out)
     assert torch.isnan(buf[:4]).all() and torch.isnan(buf[-4:]).all(), "wrote outside out"
     assert torch.isfinite(out.float()).all(), "read outside the caches or the table row"
-    torch.testing.assert_close(out[0].double(), _expected_decode(q[0], k5, v5, rows[0], int(ctx[0]), kv_dtype),
+    torch.testing.assert_close(out[0].double(), _expected_decode(q[0], k5, v5, rows[0], int(ctx[0]), kv_dtype, cap),
                                atol=3e-2, rtol=3e-2)
     # seq 1: clamped to the 4 columns the view covers: blocks 1, 3, then the
     # view's own entries past the row's two real ones (block 5 filler)
-    torch.testing.assert_close(out[1].double(), _expected_decode(q[1], k5, v5, [1, 3, 5, 5], 4 * PAGE, kv_dtype),
+    torch.testing.assert_close(out[1].double(), _expected_decode(q[1], k5, v5, [1, 3, 5, 5], 4 * PAGE, kv_dtype, cap),
                                atol=3e-2, rtol=3e-2)
     assert (out[2] == 0).all() and (out[3] == 0).all(), "lengths <= 0 must give zeros"
 
