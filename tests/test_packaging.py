@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 
 import pytest
@@ -19,15 +20,51 @@ from tests.helpers.subproc import ROOT, clean_env
 pytestmark = pytest.mark.sglang_independent
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory):
+def _build(kind, tmp_path_factory, pattern):
     out = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), ROOT],
+    proc = subprocess.run([sys.executable, "-m", "build", f"--{kind}", "--no-isolation", "--outdir", str(out), ROOT],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    wheels = list(out.glob("sglang_kv5d-*.whl"))
-    assert len(wheels) == 1
-    return str(wheels[0])
+    built = list(out.glob(pattern))
+    assert len(built) == 1, built
+    return str(built[0])
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    return _build("wheel", tmp_path_factory, "sglang_kv5d-*.whl")
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory):
+    return _build("sdist", tmp_path_factory, "sglang_kv5d-*.tar.gz")
+
+
+# What only the project's own machines need: raw device data, device helpers, sweeps.
+NOT_SHIPPED = ("docs/results/", "lab/", "scripts/gpu/", "scripts/")
+
+
+def _unshipped(names):
+    return [n for n in names if any(n.startswith(p) for p in NOT_SHIPPED) or "sweep" in os.path.basename(n)]
+
+
+def test_sdist_and_wheel_ship_no_lab_data_or_sweeps(sdist, wheel):
+    with tarfile.open(sdist) as tar:
+        # members are "sglang_kv5d-<version>/<path>"
+        sdist_names = [m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile() and "/" in m.name]
+    wheel_names = zipfile.ZipFile(wheel).namelist()
+    assert not _unshipped(sdist_names), _unshipped(sdist_names)
+    assert not _unshipped(wheel_names), _unshipped(wheel_names)
+    assert not any(n.startswith("docs/") or n.startswith("lab/") for n in wheel_names)
+    # what users need stays in the sdist
+    for need in ("README.md", "docs/benchmarks.md", "docs/rules.md", "sglang_kv5d.pth", "pyproject.toml",
+                 "sglang_kv5d/__init__.py", "sglang_kv5d/bench/attention.py"):
+        assert need in sdist_names, need
+    assert any(n.startswith("patches/") and n.endswith(".toml") for n in sdist_names)
+    assert any(n.startswith("launch/") and n.endswith(".toml") for n in sdist_names)
+    # the checkout really has what the build left out, so the assertions above can fail
+    for held_back in ("docs/results", "lab"):
+        assert os.path.isdir(os.path.join(ROOT, held_back)), held_back
 
 
 def test_wheel_contents(wheel):
