@@ -53,9 +53,38 @@ class Surface:
         return tuple(t.split(":", 1)[0] for t in self.targets)
 
 
-_AITER_BACKEND = "sglang.srt.layers.attention.aiter_backend"
-_AITER_UTILS = "sglang.srt.layers.attention.aiter_utils"
-_MEMORY_POOL = "sglang.srt.mem_cache.memory_pool"
+# ---------------------------------------------------------------------------
+# Names of SGLang's that are not objects: module paths the overlay imports or
+# probes, environment variables SGLang reads, literals SGLang uses. Code
+# outside this table uses these constants (tests/test_surface_contract.py
+# scans the package for SGLang names written anywhere else); each one is in
+# NAMES below, which the contract test checks against every wheel.
+
+MODULE = "module"  # an importable module (or package)
+ENV = "env"  # an environment variable SGLang's own source reads
+TEXT = "text"  # a literal SGLang's source uses (entry-point group, title prefix)
+
+PACKAGE = "sglang"  # import package and distribution name
+AITER_BACKEND = "sglang.srt.layers.attention.aiter_backend"
+AITER_UTILS = "sglang.srt.layers.attention.aiter_utils"
+MEMORY_POOL = "sglang.srt.mem_cache.memory_pool"
+SWA_MEMORY_POOL = "sglang.srt.mem_cache.swa_memory_pool"
+SERVER_ARGS = "sglang.srt.server_args"
+RESOLUTION_HOOKS = "sglang.srt.arg_groups.resolution_hooks"
+LAUNCH_SERVER = "sglang.launch_server"
+PLUGIN_GROUP = "sglang.srt.plugins"  # entry-point group of load_plugins()
+MODULE_PREFIX = PACKAGE + "."  # every SGLang module name starts with it
+PROCESS_TITLE_PREFIX = "sglang::"  # setproctitle prefix of SGLang's processes
+
+ENV_PREFIX = "SGLANG_"  # SGLang's variables (the overlay's own are SGLANG_KV5D*)
+ENV_KV_CACHE_LAYOUT = "SGLANG_AITER_KV_CACHE_LAYOUT"
+ENV_USE_AITER = "SGLANG_USE_AITER"
+ENV_USE_HND_KVCACHE = "SGLANG_USE_HND_KVCACHE"
+ENV_PLUGINS = "SGLANG_PLUGINS"
+
+_AITER_BACKEND = AITER_BACKEND
+_AITER_UTILS = AITER_UTILS
+_MEMORY_POOL = MEMORY_POOL
 
 _ROWS = (
     Surface(
@@ -160,7 +189,11 @@ _ROWS = (
         ),
         action=READ,
         params=(("key_cache", "value_cache", "slot_mapping"),),
-        why="SGLang's 5D -> linear gather; used by the aiter extend path and as the reader in tests.",
+        why=(
+            "SGLang's own 5D -> linear gather, the definition of the layout the patched extend path reads. "
+            "The overlay does not call it (sglang_kv5d.attention.gather_5d_to_linear gathers for the aiter "
+            "extend path, on any element type); the tests read caches back with it as an independent reader."
+        ),
         upstream="moved in 0.5.16 and again in 0.5.23",
         removal="n/a (called, not patched)",
     ),
@@ -176,6 +209,31 @@ _ROWS = (
         why="SGLang's unscaled 5D writer: the peer in benchmarks and the upstream path the FP8 patch replaces.",
         upstream="moved in 0.5.16 and again in 0.5.23",
         removal="n/a (called, not patched)",
+    ),
+    Surface(
+        id="kernels.launch_reshape_and_cache_flash",
+        targets=(
+            "sglang.kernels.ops.kvcache.cache_ops:launch_reshape_and_cache_flash",
+            "sglang.srt.layers.attention.triton_ops.cache_ops:launch_reshape_and_cache_flash",
+        ),
+        action=READ,
+        params=(("key", "value", "key_cache", "value_cache", "slot_mapping"),),
+        why="SGLang's scaled NHD FP8 writer (AiterAttnBackend's NHD path): the NHD peer in `sglang-kv5d bench`.",
+        upstream="moved in 0.5.16",
+        removal="n/a (benchmark peer, called)",
+    ),
+    Surface(
+        id="kernels.decode_attention_fwd",
+        targets=(
+            "sglang.kernels.ops.attention.decode_attention:decode_attention_fwd",
+            "sglang.srt.layers.attention.triton_ops.decode_attention:decode_attention_fwd",
+        ),
+        action=READ,
+        params=(("q", "k_buffer", "v_buffer", "o", "kv_indptr", "kv_indices", "attn_logits", "attn_lse",
+                 "num_kv_splits", "max_kv_splits", "sm_scale", "k_scale", "v_scale"),),
+        why="SGLang's Triton decode attention on an NHD cache: the decode peer in `sglang-kv5d bench`.",
+        upstream="moved in 0.5.16",
+        removal="n/a (benchmark peer, called)",
     ),
     Surface(
         id="kernels.fp8_dtype",
@@ -199,6 +257,36 @@ _ROWS = (
         removal="n/a (called)",
     ),
     Surface(
+        id="memory_pool.unwrap_write_loc",
+        targets=(f"{_MEMORY_POOL}:unwrap_write_loc",),
+        action=READ,
+        params=(("loc_info",),),
+        why="0.5.16+: set_kv_buffer takes a KVWriteLoc; the fp8 write takes the MHA slots from it this way.",
+        upstream="exists from 0.5.16 (0.5.13.post1 passes the slots as `loc`)",
+        removal="n/a (called)",
+        since="0.5.16",
+    ),
+    Surface(
+        id="memory_pool.KVCache._check_physical_write_loc",
+        targets=(f"{_MEMORY_POOL}:KVCache._check_physical_write_loc",),
+        action=READ,
+        params=(("self", "loc_info", "where"),),
+        why="0.5.23: private check set_kv_buffer runs on the write location; the fp8 write runs it too.",
+        upstream="private, exists from 0.5.23",
+        removal="n/a (called when present)",
+        since="0.5.23",
+    ),
+    Surface(
+        id="resolution_hooks._HOOKS",
+        targets=(f"{RESOLUTION_HOOKS}:_HOOKS",),
+        action=READ,
+        params=None,
+        why="Private registry of resolution hooks: deactivate() removes the guard's hook from it (no public undo).",
+        upstream="private, exists from 0.5.20",
+        removal="when SGLang offers unregistering a resolution hook",
+        since="0.5.20",
+    ),
+    Surface(
         id="swa_memory_pool.SWAKVPool",
         targets=("sglang.srt.mem_cache.swa_memory_pool:SWAKVPool",),
         action=READ,
@@ -219,6 +307,37 @@ _ROWS = (
 )
 
 SURFACES: Dict[str, Surface] = {row.id: row for row in _ROWS}
+
+
+@dataclass(frozen=True)
+class Name:
+    """One SGLang name that is not an object: a module, a variable, a literal."""
+
+    value: str
+    kind: str  # MODULE | ENV | TEXT
+    why: str
+    since: str = "0.5.13.post1"
+
+
+_NAMES = (
+    Name(PACKAGE, MODULE, "the package: version, location, the import that triggers the bootstrap"),
+    Name(AITER_BACKEND, MODULE, "AiterAttnBackend (the selftest builds one)"),
+    Name(AITER_UTILS, MODULE, "the 5D extend/decode functions the attention patch replaces"),
+    Name(MEMORY_POOL, MODULE, "the MHA and hybrid pools (the selftest builds them)"),
+    Name(SWA_MEMORY_POOL, MODULE, "SWAKVPool (the selftest builds one)"),
+    Name(SERVER_ARGS, MODULE, "ServerArgs and its parser"),
+    Name(RESOLUTION_HOOKS, MODULE, "the resolution hook registry (server-args-guard)", since="0.5.20"),
+    Name(LAUNCH_SERVER, MODULE, "what `sglang-kv5d launch` execs with -m"),
+    Name(PLUGIN_GROUP, TEXT, "entry-point group SGLang's load_plugins() reads (the kv5d entry point)"),
+    Name(PROCESS_TITLE_PREFIX, TEXT, "SGLang's process titles (the status file's role)"),
+    Name(ENV_PREFIX, TEXT, "prefix of SGLang's environment variables"),
+    Name(ENV_KV_CACHE_LAYOUT, ENV, "selects the KV cache layout (vectorized_5d)"),
+    Name(ENV_USE_AITER, ENV, "selects the aiter backend and pool layout (read once at import)"),
+    Name(ENV_USE_HND_KVCACHE, ENV, "HND KV layout, incompatible with 5D", since="0.5.16"),
+    Name(ENV_PLUGINS, ENV, "allow list of plugins load_plugins() runs"),
+)
+
+NAMES: Dict[str, Name] = {n.value: n for n in _NAMES}
 
 # Functions SGLang hands to multiprocessing as process targets. Wrapping one with
 # a wrapt proxy breaks pickling under spawn, so the engine refuses to.
@@ -253,3 +372,24 @@ def describe_params(accepted: Optional[Tuple[Tuple[str, ...], ...]]) -> str:
         return "(any)"
     return " or ".join("(" + ", ".join(p) + ", ...)" for p in accepted)
 
+
+
+def attr_name(surface_id: str) -> str:
+    """The attribute name a row's (first) target ends in, for ``getattr`` on live objects."""
+    return split_target(SURFACES[surface_id].targets[0])[1][-1]
+
+
+def find_loaded(surface_id: str, modules=None):
+    """The object of a row from modules already imported (the first target that
+    resolves), or None; imports nothing. ``modules`` defaults to sys.modules."""
+    import sys
+
+    modules = sys.modules if modules is None else modules
+    for target in SURFACES[surface_id].targets:
+        module, path = split_target(target)
+        obj = modules.get(module)
+        for part in path:
+            obj = getattr(obj, part, None) if obj is not None else None
+        if obj is not None:
+            return obj
+    return None

@@ -5,17 +5,23 @@ Reads the source of the wheels that scripts/setup-dev.sh downloads into
 importing them: each target resolves (one of its candidate locations, for
 moved symbols), its parameters start with an accepted prefix, and each module
 listed as holding a from-import copy really does ``from X import name``.
+The table's other names (surface.NAMES) are checked there too: modules exist,
+environment variables and literals occur in the wheel's source. Finally, no
+module of the package outside the table imports SGLang or writes an SGLang
+module path or variable name in a string (docstrings and comments may).
 """
 
 from __future__ import annotations
 
+import ast
 import glob
 import os
 import re
 
 import pytest
 
-from sglang_kv5d.surface import SURFACES, params_match, split_target
+from sglang_kv5d import surface
+from sglang_kv5d.surface import ENV, MODULE, NAMES, SURFACES, TEXT, params_match, split_target
 from sglang_kv5d.versions import parse_version
 from tests.helpers.source_contract import WheelSource, find, imports_name_from
 from tests.helpers.subproc import ROOT
@@ -90,3 +96,126 @@ def test_newest_wheel_has_the_page_table_flag_and_older_do_not():
         tree_src = WheelSource(path).zip.read("sglang/srt/layers/attention/aiter_backend.py").decode()
         has = "self.decode_uses_page_table =" in tree_src
         assert has == (parse_version(version) >= parse_version("0.5.23")), version
+
+
+# ---------------------------------------------------------------------------
+# Names that are not objects (modules, environment variables, literals)
+
+
+def _wheel_text(src: WheelSource) -> str:
+    """All of the wheel's Python source as one string (cached on the reader)."""
+    text = getattr(src, "_all_text", None)
+    if text is None:
+        text = "\n".join(src.zip.read(n).decode("utf-8", "replace") for n in sorted(src.names)
+                         if n.startswith("sglang/") and n.endswith(".py"))
+        src._all_text = text
+    return text
+
+
+@pytest.mark.parametrize("value", sorted(NAMES))
+def test_name_exists_in_wheel(wheel, value):
+    version, src = wheel
+    name = NAMES[value]
+    if parse_version(version) < parse_version(name.since):
+        pytest.skip(f"{value} exists from {name.since}")
+    if name.kind == MODULE:
+        assert src.module_tree(value) is not None, f"module {value} is not in sglang {version}"
+    elif name.kind == ENV:
+        assert re.search(r"\b" + re.escape(value) + r"\b", _wheel_text(src)), (
+            f"sglang {version} never mentions the environment variable {value}"
+        )
+    else:
+        assert name.kind == TEXT, f"{value}: unknown kind {name.kind!r}"
+        assert value in _wheel_text(src), f"sglang {version} source has no {value!r}"
+
+
+def test_every_sglang_constant_of_the_table_is_a_checked_name():
+    """A module-level string of surface.py naming SGLang is in NAMES (so the
+    contract test above covers it) or is the module of a row's target."""
+    row_modules = {m for row in SURFACES.values() for m in row.modules}
+    loose = []
+    for attr, value in vars(surface).items():
+        if attr.isupper() and isinstance(value, str) and SGLANG_NAME.search(value):
+            if value not in NAMES and value.rstrip(".") not in NAMES and value not in row_modules:
+                loose.append(f"{attr} = {value!r}")
+    assert not loose, f"add these to surface.NAMES: {loose}"
+
+
+# ---------------------------------------------------------------------------
+# The package names SGLang only through the table
+
+PACKAGE_DIR = os.path.join(ROOT, "sglang_kv5d")
+TABLE = ("sglang_kv5d/surface.py", "sglang_kv5d/surface/")
+# An SGLang module path (``sglang.srt...``), a process-title prefix, or an SGLang
+# environment variable; the overlay's own SGLANG_KV5D* variables are not SGLang's.
+SGLANG_NAME = re.compile(r"\bsglang(\.[A-Za-z_]|::|\.$)|\bSGLANG_(?!KV5D)[A-Z0-9_]*")
+# Words that look like SGLang variables but are not: a click metavar.
+NOT_SGLANG = {"SGLANG_ARGS"}
+
+
+def _docstrings(tree):
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    return out
+
+
+def _is_sglang_module(name) -> bool:
+    return bool(name) and (name == "sglang" or name.startswith("sglang."))
+
+
+def sglang_names_outside_table(package_dir: str = PACKAGE_DIR):
+    """``path:line: what`` for every import of SGLang and every string constant
+    (docstrings aside) naming an SGLang module or variable, outside the table."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(package_dir):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for fname in sorted(filenames):
+            if not fname.endswith(".py"):
+                continue
+            path = os.path.join(dirpath, fname)
+            rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
+            if rel.startswith(TABLE):
+                continue
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), filename=rel)
+            docs = _docstrings(tree)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and _is_sglang_module(node.module):
+                    found.append(f"{rel}:{node.lineno}: from {node.module} import ...")
+                elif isinstance(node, ast.Import):
+                    found += [f"{rel}:{node.lineno}: import {a.name}" for a in node.names if _is_sglang_module(a.name)]
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                    hits = {m.group(0) for m in SGLANG_NAME.finditer(node.value)} - NOT_SGLANG
+                    if hits:
+                        found.append(f"{rel}:{node.lineno}: {node.value[:70]!r}")
+    return found
+
+
+def test_scan_finds_what_it_must(tmp_path):
+    """The scanner itself: each form it must catch, and what it must let pass."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "bad.py").write_text(
+        '"""Docstrings may say sglang.srt.server_args and SGLANG_USE_AITER."""\n'
+        "import sglang.srt.utils\n"
+        "from sglang.srt import server_args\n"
+        "M = 'sglang.srt.mem_cache.memory_pool'\n"
+        "E = 'SGLANG_USE_AITER'\n"
+        "P = 'sglang::'\n"
+        "T = f'export SGLANG_PLUGINS={1}'\n"
+        "OK = ('SGLANG_KV5D_STRICT', 'sglang-kv5d', 'sglang_kv5d.kernels', 'SGLANG_ARGS')  # SGLANG_X in a comment\n"
+    )
+    found = [f.split(":", 2)[1] for f in sglang_names_outside_table(str(pkg))]
+    assert sorted(found, key=int) == ["2", "3", "4", "5", "6", "7"]
+
+
+def test_package_names_sglang_only_through_the_surface_table():
+    found = sglang_names_outside_table()
+    assert not found, (
+        "SGLang names outside sglang_kv5d/surface.py (add a constant or row there and use it):\n  "
+        + "\n  ".join(found)
+    )
