@@ -146,6 +146,22 @@ _ROWS = (
         frozen_at_import="memory_pool._use_aiter (SGLANG_USE_AITER is read once, at import)",
     ),
     Surface(
+        id="memory_pool.MHATokenToKVPool.set_kv_buffer_prefix_valid",
+        targets=(f"{_MEMORY_POOL}:MHATokenToKVPool.set_kv_buffer_prefix_valid",),
+        action=WRAP,
+        params=(("self", "layer", "loc_2d", "commit_lens", "cache_k", "cache_v", "k_scale", "v_scale",
+                 "layer_id_override"),),
+        why=(
+            "DFLASH/DSPARK commit writes have no 5D branch: on CUDA/HIP the tiled kernels copy each "
+            "committed row to loc * stride(0), a whole page under vectorized_5d (out of bounds, the slot "
+            "never written). The overlay writes the committed rows of a 5D pool 5D-addressed, with the "
+            "bytes set_kv_buffer writes; other pools reach the original."
+        ),
+        upstream="unfixed in 0.5.16 .. 0.5.23 (the method exists from 0.5.16)",
+        removal="when set_kv_buffer_prefix_valid addresses SHUFFLE 5D buffers by (block, slot)",
+        since="0.5.16",
+    ),
+    Surface(
         id="memory_pool.MHATokenToKVPool.__init__",
         targets=(f"{_MEMORY_POOL}:MHATokenToKVPool.__init__",),
         action=WRAP,

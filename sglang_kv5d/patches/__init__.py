@@ -7,6 +7,7 @@ them; if any step fails, nothing of that patch is left installed.
     pool_layout_detection.py   pool-layout-detection   (AiterAttnBackend.__init__)
     attention_dispatch.py      attention-dispatch-5d   (aiter_utils.forward_*_vectorized_5d)
     fp8_kv_write.py            fp8-kv-write            (MHATokenToKVPool.set_kv_buffer)
+    prefix_valid_write.py      prefix-valid-write-5d   (MHATokenToKVPool.set_kv_buffer_prefix_valid)
     server_args_guard.py       server-args-guard       (ServerArgs.check_server_args)
     fail_closed.py             fail-closed-pool, fail-closed-backend (internal, always on)
 
@@ -73,6 +74,7 @@ BUILTIN_PATCH_MODULES: Dict[str, str] = {
     "pool-layout-detection": "sglang_kv5d.patches.pool_layout_detection:PATCH",
     "attention-dispatch-5d": "sglang_kv5d.patches.attention_dispatch:PATCH",
     "fp8-kv-write": "sglang_kv5d.patches.fp8_kv_write:PATCH",
+    "prefix-valid-write-5d": "sglang_kv5d.patches.prefix_valid_write:PATCH",
     "server-args-guard": "sglang_kv5d.patches.server_args_guard:PATCH",
 }
 
