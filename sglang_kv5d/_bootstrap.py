@@ -2,8 +2,9 @@
 
 Cheap by construction: this module and the package ``__init__`` import only
 modules every interpreter has already loaded when ``site`` processes ``.pth``
-files (``sys``, ``os``), so an unrelated program pays for two small module
-loads and one ``sys.meta_path`` lookup per import. The finder waits for the
+files (``sys``, ``os``) and the table's SGLang names (``surface_names``, which
+imports nothing), so an unrelated program pays for three small module loads
+and one ``sys.meta_path`` lookup per import. The finder waits for the
 first ``import sglang`` (or ``sglang.*``) and only then reads the gate through
 the switch registry (sglang_kv5d.config): a true value activates the overlay
 (which imports wrapt and registers post-import hooks on the exact SGLang
@@ -13,6 +14,8 @@ itself, and never raises into interpreter start-up or the user's import.
 """
 
 import sys
+
+from sglang_kv5d.surface_names import MODULE_PREFIX, PACKAGE
 
 
 def _say(text):
@@ -46,7 +49,7 @@ class _ActivateOnSGLangImport:
         self.fired = False
 
     def find_spec(self, fullname, path=None, target=None):
-        if self.fired or not (fullname == "sglang" or fullname.startswith("sglang.")):
+        if self.fired or not (fullname == PACKAGE or fullname.startswith(MODULE_PREFIX)):
             return None
         self.fired = True
         try:
@@ -68,8 +71,8 @@ def run():
     try:
         if any(isinstance(f, _ActivateOnSGLangImport) for f in sys.meta_path):
             return
-        if "sglang" in sys.modules:
-            _activate_or_warn("sglang")
+        if PACKAGE in sys.modules:
+            _activate_or_warn(PACKAGE)
             return
         sys.meta_path.insert(0, _ActivateOnSGLangImport())
     except Exception as exc:

@@ -35,10 +35,11 @@ ATTN_IMPL = "SGLANG_KV5D_ATTN_IMPL"
 ATTN_PDL = "SGLANG_KV5D_ATTN_PDL"
 DEBUG_BOUNDS = "SGLANG_KV5D_DEBUG_BOUNDS"
 PEER_PATH = "SGLANG_KV5D_PEER_PATH"
-LAYOUT = "SGLANG_AITER_KV_CACHE_LAYOUT"
-USE_AITER = "SGLANG_USE_AITER"
-HND = "SGLANG_USE_HND_KVCACHE"
-PLUGINS = "SGLANG_PLUGINS"
+# SGLang's own variables, named in the surface table
+from .surface_names import ENV_KV_CACHE_LAYOUT as LAYOUT  # noqa: E402
+from .surface_names import ENV_PLUGINS as PLUGINS  # noqa: E402
+from .surface_names import ENV_USE_AITER as USE_AITER  # noqa: E402
+from .surface_names import ENV_USE_HND_KVCACHE as HND  # noqa: E402
 
 OURS = "sglang-kv5d"
 SGLANG = "SGLang"

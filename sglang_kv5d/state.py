@@ -14,6 +14,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
+from .surface_names import MODULE_PREFIX, PROCESS_TITLE_PREFIX
+
 APPLIED = "applied"
 PENDING = "pending"  # target module not imported yet
 SKIPPED = "skipped"  # not applicable here (SGLang version refused, patch says so)
@@ -229,11 +231,11 @@ def process_role() -> str:
             title = spt.getproctitle()
         except Exception:
             title = None
-    if title and title.startswith("sglang::"):
+    if title and title.startswith(PROCESS_TITLE_PREFIX):
         return title.split("::", 1)[1]
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
-    if spec is not None and getattr(spec, "name", "").startswith("sglang."):
+    if spec is not None and getattr(spec, "name", "").startswith(MODULE_PREFIX):
         return spec.name.rsplit(".", 1)[-1]
     mp = sys.modules.get("multiprocessing")
     if mp is not None:

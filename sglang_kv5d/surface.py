@@ -53,40 +53,75 @@ class Surface:
         return tuple(t.split(":", 1)[0] for t in self.targets)
 
 
-# ---------------------------------------------------------------------------
-# Names of SGLang's that are not objects: module paths the overlay imports or
-# probes, environment variables SGLang reads, literals SGLang uses. Code
-# outside this table uses these constants (tests/test_surface_contract.py
-# scans the package for SGLang names written anywhere else); each one is in
-# NAMES below, which the contract test checks against every wheel.
-
-MODULE = "module"  # an importable module (or package)
-ENV = "env"  # an environment variable SGLang's own source reads
-TEXT = "text"  # a literal SGLang's source uses (entry-point group, title prefix)
-
-PACKAGE = "sglang"  # import package and distribution name
-AITER_BACKEND = "sglang.srt.layers.attention.aiter_backend"
-AITER_UTILS = "sglang.srt.layers.attention.aiter_utils"
-MEMORY_POOL = "sglang.srt.mem_cache.memory_pool"
-SWA_MEMORY_POOL = "sglang.srt.mem_cache.swa_memory_pool"
-SERVER_ARGS = "sglang.srt.server_args"
-RESOLUTION_HOOKS = "sglang.srt.arg_groups.resolution_hooks"
-LAUNCH_SERVER = "sglang.launch_server"
-PLUGIN_GROUP = "sglang.srt.plugins"  # entry-point group of load_plugins()
-MODULE_PREFIX = PACKAGE + "."  # every SGLang module name starts with it
-PROCESS_TITLE_PREFIX = "sglang::"  # setproctitle prefix of SGLang's processes
-
-ENV_PREFIX = "SGLANG_"  # SGLang's variables (the overlay's own are SGLANG_KV5D*)
-ENV_KV_CACHE_LAYOUT = "SGLANG_AITER_KV_CACHE_LAYOUT"
-ENV_USE_AITER = "SGLANG_USE_AITER"
-ENV_USE_HND_KVCACHE = "SGLANG_USE_HND_KVCACHE"
-ENV_PLUGINS = "SGLANG_PLUGINS"
+# SGLang's names that are not objects (module paths, variables, literals).
+from .surface_names import (  # noqa: E402,F401  (re-exported: the table's names)
+    MODULE,
+    ENV,
+    TEXT,
+    PACKAGE,
+    AITER_BACKEND,
+    AITER_UTILS,
+    MEMORY_POOL,
+    SWA_MEMORY_POOL,
+    KV_CACHE_CONFIGURATOR,
+    SERVER_ARGS,
+    RESOLUTION_HOOKS,
+    LAUNCH_SERVER,
+    PLUGIN_GROUP,
+    MODULE_PREFIX,
+    PROCESS_TITLE_PREFIX,
+    SERVE_PROG,
+    ENV_PREFIX,
+    ENV_KV_CACHE_LAYOUT,
+    ENV_USE_AITER,
+    ENV_USE_HND_KVCACHE,
+    ENV_PLUGINS,
+)
 
 _AITER_BACKEND = AITER_BACKEND
 _AITER_UTILS = AITER_UTILS
 _MEMORY_POOL = MEMORY_POOL
 
 _ROWS = (
+    Surface(
+        id="kv_cache_configurator.KVCacheConfigurator.configure",
+        targets=(f"{KV_CACHE_CONFIGURATOR}:KVCacheConfigurator.configure",),
+        action=WRAP,
+        params=(("self", "pre_model_load_memory"),),
+        why=(
+            "Every KV pool of a model runner is built inside configure(); a speculative draft worker's "
+            "configurator has is_draft_worker=True. The overlay marks that call as a draft scope so the "
+            "draft's pools are built NHD (the process-wide layout variable would make them 5D, which the "
+            "draft's triton / AITER NHD paths cannot read)."
+        ),
+        upstream="unfixed in 0.5.16 .. 0.5.23 (draft pools follow SGLANG_AITER_KV_CACHE_LAYOUT)",
+        removal="when draft pools take their layout from the draft backend rather than the process",
+        since="0.5.16",
+    ),
+    Surface(
+        id="aiter_backend.forward_extend",
+        targets=(f"{_AITER_BACKEND}:AiterAttnBackend.forward_extend",),
+        action=WRAP,
+        params=(("self", "q", "k", "v", "layer", "forward_batch", "save_kv_cache", "sinks"),),
+        why=(
+            "The target_verify branch runs before the 5D dispatch and views the 5D cache as NHD "
+            "(unified_attention on k_cache.view(-1, page, H, D)): silently wrong attention. For 5D, "
+            "non-MLA, topk-1 backends the overlay writes the drafts 5D and runs its own extend kernel "
+            "over SGLang's fixed-width verify page table; every other call reaches the original."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23",
+        removal="when AiterAttnBackend's target_verify branch dispatches 5D caches to a 5D kernel",
+    ),
+    Surface(
+        id="memory_pool.KVWriteLoc.for_layer",
+        targets=(f"{_MEMORY_POOL}:KVWriteLoc.for_layer",),
+        action=READ,
+        params=None,
+        why="The write location of a layer's new tokens, as forward_extend's 5D write builds it (target verify).",
+        upstream="n/a (called, not patched)",
+        removal="n/a (called, not patched)",
+        since="0.5.23",
+    ),
     Surface(
         id="aiter_backend.init",
         targets=(f"{_AITER_BACKEND}:AiterAttnBackend.__init__",),
@@ -320,6 +355,15 @@ _ROWS = (
         upstream="exists from 0.5.11",
         removal="n/a (activation route)",
     ),
+    Surface(
+        id="server_args.ServerArgs.add_cli_args",
+        targets=(f"{SERVER_ARGS}:ServerArgs.add_cli_args",),
+        action=READ,
+        params=(("parser",),),
+        why="SGLang's CLI definition: `sglang-kv5d launch/check` parse the SGLang arguments with it before the exec.",
+        upstream="stable",
+        removal="n/a (called)",
+    ),
 )
 
 SURFACES: Dict[str, Surface] = {row.id: row for row in _ROWS}
@@ -346,6 +390,7 @@ _NAMES = (
     Name(LAUNCH_SERVER, MODULE, "what `sglang-kv5d launch` execs with -m"),
     Name(PLUGIN_GROUP, TEXT, "entry-point group SGLang's load_plugins() reads (the kv5d entry point)"),
     Name(PROCESS_TITLE_PREFIX, TEXT, "SGLang's process titles (the status file's role)"),
+    Name(SERVE_PROG, TEXT, "prog of prepare_server_args' parser; `sglang-kv5d check` builds the same parser"),
     Name(ENV_PREFIX, TEXT, "prefix of SGLang's environment variables"),
     Name(ENV_KV_CACHE_LAYOUT, ENV, "selects the KV cache layout (vectorized_5d)"),
     Name(ENV_USE_AITER, ENV, "selects the aiter backend and pool layout (read once at import)"),

@@ -25,6 +25,8 @@ import re
 import sys
 from typing import NamedTuple, Optional, Tuple
 
+from .surface_names import PACKAGE
+
 SUPPORTED_RANGE = ("0.5.16", "0.5.23")
 BEST_EFFORT_RANGE = ("0.5.13.post1", "0.5.15.post1")
 OLDEST = BEST_EFFORT_RANGE[0]
@@ -99,13 +101,13 @@ def sglang_package_dir() -> Optional[str]:
     Found with the standard path finder, so nothing is imported and no import
     hook (the overlay's own included) runs.
     """
-    mod = sys.modules.get("sglang")
+    mod = sys.modules.get(PACKAGE)
     paths = list(getattr(mod, "__path__", None) or ()) if mod is not None else []
     if not paths:
         from importlib.machinery import PathFinder
 
         try:
-            spec = PathFinder.find_spec("sglang")
+            spec = PathFinder.find_spec(PACKAGE)
         except (ImportError, ValueError):
             spec = None
         if spec is None or not spec.submodule_search_locations:
@@ -121,7 +123,7 @@ def sglang_module_version() -> Optional[str]:
     call; otherwise the ``__version__ = '...'`` line of the package's
     ``_version.py`` or ``version.py``, read as text (SGLang is not imported).
     """
-    mod = sys.modules.get("sglang")
+    mod = sys.modules.get(PACKAGE)
     v = getattr(mod, "__version__", None) if mod is not None else None
     if isinstance(v, str) and v:
         return v
@@ -145,11 +147,11 @@ def sglang_metadata() -> Tuple[Optional[str], Optional[str]]:
     from importlib import metadata
 
     try:
-        dist = metadata.distribution("sglang")
+        dist = metadata.distribution(PACKAGE)
     except metadata.PackageNotFoundError:
         return None, None
     try:
-        where = os.path.realpath(str(dist.locate_file("sglang")))
+        where = os.path.realpath(str(dist.locate_file(PACKAGE)))
     except Exception:
         where = None
     return dist.version, where

@@ -145,7 +145,7 @@ def test_every_sglang_constant_of_the_table_is_a_checked_name():
 # The package names SGLang only through the table
 
 PACKAGE_DIR = os.path.join(ROOT, "sglang_kv5d")
-TABLE = ("sglang_kv5d/surface.py", "sglang_kv5d/surface/")
+TABLE = ("sglang_kv5d/surface.py", "sglang_kv5d/surface_names.py", "sglang_kv5d/surface/")
 # An SGLang module path (``sglang.srt...``), a process-title prefix, or an SGLang
 # environment variable; the overlay's own SGLANG_KV5D* variables are not SGLang's.
 SGLANG_NAME = re.compile(r"\bsglang(\.[A-Za-z_]|::|\.$)|\bSGLANG_(?!KV5D)[A-Z0-9_]*")

@@ -33,15 +33,14 @@ import logging
 import os
 
 from .. import kernel_check
+from ..platform import fp8_kv_dtypes as _fp8_dtypes
+from ..surface import attr_name, find_loaded
 from . import Binding, Patch
 
 logger = logging.getLogger("sglang_kv5d")
 
-
-def _fp8_dtypes():
-    import torch
-
-    return tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e4m3fnuz") if hasattr(torch, n))
+_UNWRAP_LOC = "memory_pool.unwrap_write_loc"  # 0.5.16+: KVWriteLoc -> slots
+_CHECK_LOC = attr_name("memory_pool.KVCache._check_physical_write_loc")  # 0.5.23: SGLang's own check
 
 
 _PLAN = "_kv5d_fp8_write_plan"  # per-pool cache of the static eligibility
@@ -99,7 +98,7 @@ def _make(original):
     names = list(inspect.signature(original).parameters)[1:]  # drop self
     index = {n: i for i, n in enumerate(names)}
     loc_name = "loc_info" if "loc_info" in index else "loc"
-    unwrap = original.__globals__.get("unwrap_write_loc") if loc_name == "loc_info" else None
+    unwrap = find_loaded(_UNWRAP_LOC) if loc_name == "loc_info" else None
     fp8 = _fp8_dtypes()
     float_inputs = (torch.bfloat16, torch.float16, torch.float32)
     tensor = torch.Tensor
@@ -142,7 +141,7 @@ def _make(original):
         override = kwargs.get("layer_id_override") if len(args) <= 6 else args[6]
         idx = (override if override is not None else layer.layer_id) - pool.start_layer
         loc = unwrap(loc_info)[0] if unwrap is not None else loc_info
-        check = getattr(pool, "_check_physical_write_loc", None)
+        check = getattr(pool, _CHECK_LOC, None)
         if check is not None:
             check(loc_info, "set_kv_buffer (MHA)")
         if cache_k.dim() == 2:

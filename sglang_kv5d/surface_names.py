@@ -1,0 +1,35 @@
+"""SGLang's names that are not objects: module paths the overlay imports or
+probes, environment variables SGLang reads, literals SGLang uses.
+
+Part of the surface table (sglang_kv5d.surface re-exports every name and
+lists each in ``surface.NAMES``, which the contract test checks against every
+wheel). A module of its own, importing nothing, because the ``.pth``
+bootstrap needs the package name in every interpreter's start-up, where
+importing the table (dataclasses, typing) would cost every Python program.
+Code outside the table uses these constants; tests/test_surface_contract.py
+scans the package for SGLang names written anywhere else.
+"""
+
+MODULE = "module"  # an importable module (or package)
+ENV = "env"  # an environment variable SGLang's own source reads
+TEXT = "text"  # a literal SGLang's source uses (entry-point group, title prefix)
+
+PACKAGE = "sglang"  # import package and distribution name
+AITER_BACKEND = "sglang.srt.layers.attention.aiter_backend"
+AITER_UTILS = "sglang.srt.layers.attention.aiter_utils"
+MEMORY_POOL = "sglang.srt.mem_cache.memory_pool"
+SWA_MEMORY_POOL = "sglang.srt.mem_cache.swa_memory_pool"
+KV_CACHE_CONFIGURATOR = "sglang.srt.mem_cache.kv_cache_configurator"
+SERVER_ARGS = "sglang.srt.server_args"
+RESOLUTION_HOOKS = "sglang.srt.arg_groups.resolution_hooks"
+LAUNCH_SERVER = "sglang.launch_server"
+PLUGIN_GROUP = "sglang.srt.plugins"  # entry-point group of load_plugins()
+MODULE_PREFIX = PACKAGE + "."  # every SGLang module name starts with it
+PROCESS_TITLE_PREFIX = "sglang::"  # setproctitle prefix of SGLang's processes
+SERVE_PROG = "sglang serve"  # prog of the parser prepare_server_args builds
+
+ENV_PREFIX = "SGLANG_"  # SGLang's variables (the overlay's own are SGLANG_KV5D*)
+ENV_KV_CACHE_LAYOUT = "SGLANG_AITER_KV_CACHE_LAYOUT"
+ENV_USE_AITER = "SGLANG_USE_AITER"
+ENV_USE_HND_KVCACHE = "SGLANG_USE_HND_KVCACHE"
+ENV_PLUGINS = "SGLANG_PLUGINS"
