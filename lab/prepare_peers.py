@@ -107,15 +107,17 @@ FP8_WRITE_FILES = ("shuffle_5d_cache.py", "cache_ops.py")
 
 def prepare_fp8_write_peers(root: pathlib.Path, dest_root: pathlib.Path) -> pathlib.Path:
     src_dir = root / "kernels" / "ops" / "kvcache"
-    missing = [f for f in FP8_WRITE_FILES if not (src_dir / f).is_file()]
-    if missing:
-        raise SystemExit(f"{src_dir} has no {', '.join(missing)}: these peers need SGLang 0.5.23")
+    found = [f for f in FP8_WRITE_FILES if (src_dir / f).is_file()]
+    if not found:
+        raise SystemExit(f"{src_dir} has none of {', '.join(FP8_WRITE_FILES)} (they live there from SGLang 0.5.23)")
+    if len(found) < len(FP8_WRITE_FILES):
+        print(f"note: {src_dir} has only {', '.join(found)}; the 5D writer lives there from SGLang 0.5.23")
     dest = dest_root / "sglang" / "kernels" / "ops" / "kvcache"
     dest.mkdir(parents=True, exist_ok=True)
     for pkg in (dest_root / "sglang", dest_root / "sglang" / "kernels", dest_root / "sglang" / "kernels" / "ops",
                 dest):
         (pkg / "__init__.py").write_text("")
-    for name in FP8_WRITE_FILES:
+    for name in found:
         (dest / name).write_text((src_dir / name).read_text())
     return dest
 

@@ -287,6 +287,31 @@ _ROWS = (
         removal="n/a (benchmark peer, called)",
     ),
     Surface(
+        id="kernels.launch_reshape_and_cache_flash",
+        targets=(
+            "sglang.kernels.ops.kvcache.cache_ops:launch_reshape_and_cache_flash",
+            "sglang.srt.layers.attention.triton_ops.cache_ops:launch_reshape_and_cache_flash",
+        ),
+        action=READ,
+        params=(("key", "value", "key_cache", "value_cache", "slot_mapping"),),
+        why="SGLang's scaled NHD FP8 writer (AiterAttnBackend's NHD path): the NHD peer in `sglang-kv5d bench`.",
+        upstream="moved in 0.5.16",
+        removal="n/a (benchmark peer, called)",
+    ),
+    Surface(
+        id="kernels.decode_attention_fwd",
+        targets=(
+            "sglang.kernels.ops.attention.decode_attention:decode_attention_fwd",
+            "sglang.srt.layers.attention.triton_ops.decode_attention:decode_attention_fwd",
+        ),
+        action=READ,
+        params=(("q", "k_buffer", "v_buffer", "o", "kv_indptr", "kv_indices", "attn_logits", "attn_lse",
+                 "num_kv_splits", "max_kv_splits", "sm_scale", "k_scale", "v_scale"),),
+        why="SGLang's Triton decode attention on an NHD cache: the decode peer in `sglang-kv5d bench`.",
+        upstream="moved in 0.5.16",
+        removal="n/a (benchmark peer, called)",
+    ),
+    Surface(
         id="kernels.fp8_dtype",
         targets=(
             "sglang.kernels.ops.quantization.fp8_kernel:fp8_dtype",

@@ -46,7 +46,7 @@ def test_fastest_of_nothing_that_ran_is_none():
 
 
 def test_peer_best_us_raises_or_collects_failures(monkeypatch):
-    import sglang_kv5d.bench.attention as A
+    import sglang_kv5d.bench.attention_peer as A
     import sglang_kv5d.bench.common as common
 
     monkeypatch.setattr(common, "graph_replay_median_us", lambda fn, **kw: (fn(), 3.0)[1])

@@ -256,3 +256,102 @@ def test_extend_table_only_with_rows():
     base = dict(rows=[], device={}, read_bytes_per_s=1e12, page=64, peer="p", aiter_peer="none (not ROCm)")
     assert "extend_attention_5d vs" not in format_table(base)  # CUDA: no extend table
     assert "extend_attention_5d vs" in format_table(dict(base, extend_rows=rows, extend_peer="aiter.x"))
+
+
+# --------------------------------------------- SGLang's peers, through the table
+
+
+def test_fp8_write_peers_are_the_surface_tables_objects():
+    import importlib
+
+    from sglang_kv5d.bench import sglang_peers
+    from sglang_kv5d.surface import SURFACES, split_target
+
+    peers = sglang_peers.fp8_write_peers()
+    for name, surface_id in sglang_peers.FP8_WRITE_PEERS.items():
+        module = peers[name + "_module"]
+        assert module in SURFACES[surface_id].modules, (name, module)
+        attr = split_target(SURFACES[surface_id].targets[0])[1][-1]
+        assert peers[name] is getattr(importlib.import_module(module), attr)
+
+
+def test_peers_that_do_not_import_name_every_target_tried():
+    from sglang_kv5d.bench import sglang_peers
+    from sglang_kv5d.surface import SURFACES
+
+    def importer(name):
+        raise ModuleNotFoundError(f"No module named {name!r}")
+
+    peers = sglang_peers.fp8_write_peers(importer)
+    for name, surface_id in sglang_peers.FP8_WRITE_PEERS.items():
+        assert peers[name].startswith("skipped: ") and name + "_module" not in peers
+        for module in SURFACES[surface_id].modules:
+            assert f"{module}: ModuleNotFoundError" in peers[name]
+    with pytest.raises(RuntimeError, match="lab/prepare_peers.py"):
+        sglang_peers.decode_peer({}, importer)
+
+
+def test_peer_path_must_be_an_existing_absolute_directory(tmp_path):
+    from sglang_kv5d.bench.sglang_peers import PeerPathError, peer_path
+
+    assert peer_path({}) is None and peer_path({"SGLANG_KV5D_PEER_PATH": ""}) is None
+    assert peer_path({"SGLANG_KV5D_PEER_PATH": str(tmp_path)}) == str(tmp_path)
+    for bad, why in ((".peer_sglang", "not an absolute path"), (str(tmp_path / "missing"), "not an existing directory"),
+                     (str(tmp_path / "f"), "not an existing directory")):
+        (tmp_path / "f").write_text("")
+        with pytest.raises(PeerPathError) as exc:
+            peer_path({"SGLANG_KV5D_PEER_PATH": bad})
+        assert "SGLANG_KV5D_PEER_PATH=" in str(exc.value) and why in str(exc.value)
+        assert "fix: export SGLANG_KV5D_PEER_PATH=/absolute/path" in str(exc.value)
+
+
+def test_bench_cli_refuses_a_bad_peer_path_without_a_traceback():
+    from click.testing import CliRunner
+
+    from sglang_kv5d.cli.bench import bench as bench_cmd
+
+    out = CliRunner().invoke(bench_cmd, ["--what", "attention"], env={"SGLANG_KV5D_PEER_PATH": "rel/dir"})
+    assert out.exit_code == 2, out.output
+    assert "SGLANG_KV5D_PEER_PATH='rel/dir'" in out.output and "not an absolute path" in out.output
+    assert "Traceback" not in out.output and isinstance(out.exception, SystemExit)
+
+
+COPY_PROBE = """
+import json, sys
+from sglang_kv5d.bench import sglang_peers
+
+def importer(name):  # as on a GPU machine without SGLang: only the copy imports
+    if name.split(".")[0] == "sglang":
+        raise ModuleNotFoundError(f"No module named {name!r}")
+    import importlib
+    return importlib.import_module(name)
+
+fn, src = sglang_peers.decode_peer(importer=importer)
+print(json.dumps({"module": fn.__module__, "name": fn.__name__, "src": src, "last": sys.path[-1],
+                  "first": sys.path[0]}))
+"""
+
+
+def test_decode_peer_from_a_copy_made_by_the_lab_script(tmp_path):
+    """lab/prepare_peers.py copies the installed SGLang's decode kernel; with
+    SGLANG_KV5D_PEER_PATH naming the copy, the bench loads it from there (a
+    fresh interpreter: the copy's package must not leak into this one)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers.subproc import ROOT, clean_env
+
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "lab", "prepare_peers.py")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / ".device/fp8_write_peers/sglang/kernels/ops/kvcache/cache_ops.py").is_file()
+    env = clean_env({"SGLANG_KV5D_PEER_PATH": str(tmp_path / ".peer_sglang"), "PYTHONPATH": ROOT})
+    proc = subprocess.run([sys.executable, "-c", COPY_PROBE], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["module"] == "sglang_peer.decode_attention" and got["name"] == "decode_attention_fwd"
+    assert got["src"].startswith("copy of sglang ") and got["last"] == str(tmp_path / ".peer_sglang")
+    assert got["first"] != got["last"]  # appended: the copy cannot shadow installed modules

@@ -1,6 +1,12 @@
 """Benchmarks behind ``sglang-kv5d bench``.
 
-    common.py        timing (CUDA-graph replay medians) and the copy ceiling
-    fp8_write.py     the fused FP8 KV write against its peers
-    attention.py     5D decode attention against SGLang's Triton decode kernel
+    common.py            timing (CUDA-graph replay medians) and the memory rates
+    bandwidth.py         read / write / copy kernels on the compute units: the byte floors
+    sglang_peers.py      SGLang's kernels as peers, through the surface table; SGLANG_KV5D_PEER_PATH
+    aiter_peers.py       aiter's kernels as peers (ROCm)
+    store_floor.py       the FP8 write's store floor per layout
+    fp8_write.py         the fused FP8 KV write against its peers (fp8_write_cases.py: rows, slots;
+                         fp8_write_report.py: targets, table)
+    attention.py         5D decode attention against SGLang's Triton decode kernel (attention_cases.py,
+                         attention_peer.py, attention_extend.py, attention_report.py)
 """

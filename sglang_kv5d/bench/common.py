@@ -83,6 +83,15 @@ def eager_median_us(fn: Callable[[], object], *, reps: int = 20, warmup: int = 3
     return statistics.median(times)
 
 
+def adaptive_median_us(fn: Callable[[], object], est_us: float) -> float:
+    """:func:`graph_replay_median_us` with as many calls per graph as fit in
+    about 3 ms (1 to 20, from the estimate ``est_us``) and fewer replays when a
+    replay takes over 20 ms, so that short and long calls cost similar time."""
+    inner = int(min(20, max(1, 3000.0 / max(est_us, 1.0))))
+    reps = 10 if est_us * inner > 20000 else 20
+    return graph_replay_median_us(fn, inner=inner, reps=reps, warmup=2)
+
+
 def memory_rates(device=None, nbytes: int = 1 << 30):
     """Read, write and read+write (copy) rates of kernels on the compute units
     (:class:`sglang_kv5d.bench.bandwidth.Rates`). These are the byte floors:

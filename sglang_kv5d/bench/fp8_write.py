@@ -27,16 +27,13 @@ Contenders, per (geometry, layout, cache dtype, T):
 All timings are CUDA-graph replay medians (sglang_kv5d.bench.common). The byte
 floor is (bytes read + bytes written) / the read+write rate of a copy kernel on
 the compute units (sglang_kv5d.bench.bandwidth), with bytes read = K and V
-inputs + loc and bytes written = the FP8 K and V. (A ``copy_`` in a CUDA graph
-is a copy-engine memcpy, about 0.63x of that rate on an H200: floors from it
-were 1.57x too long and every xfloor ratio that much too kind.)
+inputs + loc and bytes written = the FP8 K and V. A ``copy_`` in a CUDA graph
+is not the rate: the copy engine runs it as a memcpy at about 0.63x of the
+compute units' rate on an H200, which would make every floor 1.57x too long.
 
-Slot ids: decode sizes (T <= 128) get distinct random slots; larger T get
-prefill-like runs of consecutive slots (1024..4096 tokens each, each run
-starting at a random offset inside a random page), so V groups are not aligned
-with the token index. Large decode batches (``decode_batches``, T = 512 and
-2048 by default) get distinct random slots too: there the 5D V layout scatters
-one byte per 16-byte vector, the costliest case for that layout.
+Slot ids and cache sizes: :mod:`sglang_kv5d.bench.fp8_write_cases`; verdicts
+and the table: :mod:`sglang_kv5d.bench.fp8_write_report`; SGLang's kernels are
+reached through the surface table (:mod:`sglang_kv5d.bench.sglang_peers`).
 
 Cache size: by default each cache buffer holds about 1.25 T slots, so the
 lines a call writes stay in the L2 cache between graph replays. That flatters
@@ -51,133 +48,18 @@ import time
 from typing import Callable, Iterable, Optional
 
 from sglang_kv5d.bench import common
-
-DEFAULT_GEOMETRIES = (
-    {"name": "qwen3.5-tp8", "H": 1, "D": 256},
-    {"name": "qwen3.5-tp1", "H": 2, "D": 256},
-    {"name": "llama-like", "H": 8, "D": 128},
+from sglang_kv5d.bench.aiter_peers import error_line as _error_line
+from sglang_kv5d.bench.fp8_write_cases import (  # noqa: F401  (the suite's public names)
+    DECODE_MAX_T, DEFAULT_CACHE_DTYPES, DEFAULT_DECODE_BATCHES, DEFAULT_GEOMETRIES, DEFAULT_LAYOUTS,
+    DEFAULT_TOKEN_COUNTS, PAGE, cache_pages, decode_loc, norm_geometries, prefill_loc, row_cases,
 )
-DEFAULT_TOKEN_COUNTS = (1, 16, 128, 1024, 4096, 32768, 262144)
-DEFAULT_DECODE_BATCHES = (512, 2048)  # decode slots past DECODE_MAX_T
-DEFAULT_CACHE_DTYPES = ("float8_e4m3fn", "float8_e4m3fnuz")
-DEFAULT_LAYOUTS = ("5d", "nhd")
-PAGE = 64
-DECODE_MAX_T = 128
-
-TARGETS = {
-    "floor_ratio_max_large_t": 1.15,  # T >= 32768
-    "decode_us_max": 6.0,  # T <= 128
-    "vs_flash_max_small_t": 1.05,  # T < 4096: at most 5% slower than the NHD peer
-    "vs_flash_max_large_t": 1.0,  # T >= 4096: faster than the NHD peer
-    "speedup_vs_unfused_min_large_t": 7.0,  # T >= 32768, 5D
-}
-
-
-def _norm_geometries(geometries) -> list:
-    out = []
-    for g in geometries:
-        if isinstance(g, dict):
-            H, D = int(g["H"]), int(g["D"])
-            name = g.get("name") or f"H{H}-D{D}"
-            DV = int(g.get("DV", D))
-        else:
-            g = tuple(g)
-            if len(g) == 3 and isinstance(g[0], str):
-                name, H, D = g[0], int(g[1]), int(g[2])
-            else:
-                H, D = int(g[0]), int(g[1])
-                name = f"H{H}-D{D}"
-            DV = D
-        out.append({"name": name, "H": H, "D": D, "DV": DV})
-    return out
-
-
-def _import_peers() -> dict:
-    """SGLang's kernels when importable: {name: callable or 'skipped: reason'}."""
-    peers = {}
-    errors = []
-    for mod in (
-        "sglang.kernels.ops.kvcache.shuffle_5d_cache",  # 0.5.23
-        "sglang.kernels.ops.attention.utils",  # 0.5.16 .. 0.5.22
-        "sglang.srt.layers.attention.utils",  # 0.5.13.post1 .. 0.5.15.post1
-    ):
-        try:
-            m = __import__(mod, fromlist=["launch_reshape_and_cache_shuffle_5d"])
-            peers["shuffle_5d"] = getattr(m, "launch_reshape_and_cache_shuffle_5d")
-            peers["shuffle_5d_module"] = mod
-            break
-        except Exception as exc:  # noqa: BLE001 - reported
-            errors.append(f"{mod}: {type(exc).__name__}: {exc}")
-    else:
-        peers["shuffle_5d"] = "skipped: " + "; ".join(errors)
-    errors = []
-    for mod in (
-        "sglang.kernels.ops.kvcache.cache_ops",  # 0.5.23
-        "sglang.kernels.ops.attention.utils",
-        "sglang.srt.layers.attention.utils",
-    ):
-        try:
-            m = __import__(mod, fromlist=["launch_reshape_and_cache_flash"])
-            peers["flash"] = getattr(m, "launch_reshape_and_cache_flash")
-            peers["flash_module"] = mod
-            break
-        except Exception as exc:  # noqa: BLE001
-            errors.append(f"{mod}: {type(exc).__name__}: {exc}")
-    else:
-        peers["flash"] = "skipped: " + "; ".join(errors)
-    return peers
-
-
-def prefill_loc(T: int, n_slots: int, page: int, *, gen, device):
-    """Runs of 1024..4096 consecutive slots, each starting at a random in-page offset."""
-    import torch
-
-    n_pages = n_slots // page
-    order = torch.randperm(n_pages, generator=gen)
-    pieces, used_pages, total = [], 0, 0
-    while total < T:
-        length = min(int(torch.randint(1024, 4097, (1,), generator=gen)), T - total)
-        off = int(torch.randint(0, page, (1,), generator=gen))
-        need = (off + length + page - 1) // page
-        pages = order[used_pages : used_pages + need]
-        used_pages += need
-        slots = (pages[:, None] * page + torch.arange(page)[None, :]).flatten()[off : off + length]
-        pieces.append(slots)
-        total += length
-    return torch.cat(pieces).to(device)
-
-
-def decode_loc(T: int, n_slots: int, *, gen, device):
-    import torch
-
-    return torch.randperm(n_slots, generator=gen)[:T].to(device)
-
-
-def _error_line(exc: BaseException) -> str:
-    """The exception's type and the last non-empty line of its message (a
-    Triton CompilationError starts with the source position and ends with the
-    cause), at most 200 characters."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return f"{type(exc).__name__}: {lines[-1][:200] if lines else ''}"
+from sglang_kv5d.bench.fp8_write_report import TARGETS, evaluate_targets, format_table  # noqa: F401
 
 
 def _time(fn, T) -> float:
     inner = 10 if T <= 32768 else 3
     reps = 20 if T <= 32768 else 10
     return common.graph_replay_median_us(fn, inner=inner, reps=reps)
-
-
-def cache_pages(T: int, H: int, D: int, page: int, cache_gib: float = 0.0) -> int:
-    """Pages per cache buffer: about 1.25 T slots, or enough pages for
-    ``cache_gib`` GiB of one buffer of H heads x D bytes per slot (fp8)."""
-    return max(math.ceil(T * 1.25 / page) + 4, int(cache_gib * (1 << 30)) // (page * H * D))
-
-
-def row_cases(token_counts: Iterable[int], decode_batches: Iterable[int]) -> list:
-    """(T, "decode" | "prefill") per benchmark row, by T: decode slots up to
-    DECODE_MAX_T tokens and for every decode batch, prefill runs otherwise."""
-    return sorted({(int(T), "decode" if int(T) <= DECODE_MAX_T else "prefill") for T in token_counts}
-                  | {(int(T), "decode") for T in decode_batches})
 
 
 def run(
@@ -212,7 +94,7 @@ def run(
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
     torch.cuda.set_device(dev)
-    geoms = _norm_geometries(geometries)
+    geoms = norm_geometries(geometries)
     token_counts = [int(t) for t in token_counts]
     layouts = list(layouts)
     cache_dtypes = list(cache_dtypes)
@@ -220,13 +102,13 @@ def run(
 
     info = common.device_description(dev)
     say(f"device: {info.get('gpu')} driver {info.get('driver')} torch {info['torch']} triton {info['triton']}")
-    from sglang_kv5d.bench import aiter_peers, bandwidth
+    from sglang_kv5d.bench import aiter_peers, bandwidth, sglang_peers
 
     rates = common.memory_rates(dev)
     bw = rates.copy
     say(f"read+write rate: {bw / 1e9:.0f} GB/s (copy kernel); read {rates.read / 1e9:.0f}, "
         f"write {rates.write / 1e9:.0f} GB/s")
-    peers = _import_peers()
+    peers = sglang_peers.fp8_write_peers()
     aiter = aiter_peers.load()
     aiter_src = aiter_peers.describe(aiter, "reshape_and_cache")
     say(f"peer aiter: {aiter_src}")
@@ -404,134 +286,3 @@ def run(
     result["elapsed_s"] = time.time() - t_start
     result["verdicts"] = evaluate_targets(result)
     return result
-
-
-def _row_id(r: dict) -> str:
-    """geometry/layout/T, with "decode" for the decode batches past DECODE_MAX_T."""
-    big_decode = r.get("loc") == "decode" and r["T"] > DECODE_MAX_T
-    return f"{r['geometry']}/{r['layout']}/T={r['T']}" + (" decode" if big_decode else "")
-
-
-def evaluate_targets(result: dict) -> dict:
-    """met / not met for each stated target, over the e4m3fn rows (fnuz rows are listed apart)."""
-    out = {}
-    for dtype in sorted({r["cache_dtype"] for r in result["rows"]}):
-        rows = [r for r in result["rows"] if r["cache_dtype"] == dtype]
-        checks = {}
-
-        def add(name, items, bound=None):
-            """items: (text, met, row); ``bound(row)``: does the row's store
-            floor alone already miss the target (layout-bound)?"""
-            items = list(items)
-            if not items:
-                return
-            bad = [i for i in items if not i[1]]
-            checks[name] = {
-                "met": not bad,
-                "checked": len(items),
-                "failures": [i[0] for i in bad],
-            }
-            if bound is not None:
-                checks[name]["layout_bound"] = [
-                    f"{_row_id(i[2])}: store floor {i[2]['store_vs_flash']:.3f}x flash"
-                    for i in bad if i[2].get("store_vs_flash") and bound(i[2])]
-
-        add(
-            "large T: fused <= 1.15x byte floor",
-            ((f"{_row_id(r)}: {r['fused_floor_ratio']:.2f}x",
-              r["fused_floor_ratio"] <= TARGETS["floor_ratio_max_large_t"], r)
-             for r in rows if r["T"] >= 32768),
-        )
-        add(
-            "T <= 128: fused <= 6 us",
-            ((f"{_row_id(r)}: {r['fused_us']:.2f} us",
-              r["fused_us"] <= TARGETS["decode_us_max"], r) for r in rows if r["T"] <= 128),
-        )
-        add(
-            "T >= 4096: fused faster than flash (NHD peer)",
-            ((f"{_row_id(r)}: {r['fused_vs_flash']:.3f}",
-              r["fused_vs_flash"] < TARGETS["vs_flash_max_large_t"], r)
-             for r in rows if r["T"] >= 4096 and r.get("fused_vs_flash")),
-            bound=lambda r: r["store_vs_flash"] >= TARGETS["vs_flash_max_large_t"],
-        )
-        add(
-            "T < 4096: fused within 5% of flash",
-            ((f"{_row_id(r)}: {r['fused_vs_flash']:.3f}",
-              r["fused_vs_flash"] <= TARGETS["vs_flash_max_small_t"], r)
-             for r in rows if r["T"] < 4096 and r.get("fused_vs_flash")),
-            bound=lambda r: r["store_vs_flash"] > TARGETS["vs_flash_max_small_t"],
-        )
-        add(
-            "T >= 32768, 5D: >= 7x faster than unfused",
-            ((f"{r['geometry']}/T={r['T']}: {r['speedup_vs_unfused']:.1f}x",
-              r["speedup_vs_unfused"] >= TARGETS["speedup_vs_unfused_min_large_t"], r)
-             for r in rows if r["T"] >= 32768 and r["layout"] == "5d" and r.get("speedup_vs_unfused")),
-        )
-        out[dtype] = checks
-    return out
-
-
-def _f(x, fmt):
-    return "-" if x is None else format(x, fmt)
-
-
-def format_table(result: dict) -> str:
-    """A plain-text table of the rows, then the target verdicts."""
-    dev = result.get("device", {})
-    lines = [
-        f"fused FP8 KV write - {dev.get('gpu', '?')} (driver {dev.get('driver', '?')}), "
-        f"torch {dev.get('torch', '?')}, triton {dev.get('triton', '?')}",
-        f"floor rate {result['read_write_bytes_per_s'] / 1e9:.0f} GB/s (read+write, a copy kernel on the "
-        f"compute units); "
-        f"page {result['page']}; inputs {result['input_dtype']}; {result['timing']}",
-        "caches: " + (f"at least {result['cache_gib']:g} GiB per buffer, slots spread over it"
-                      if result.get("cache_gib") else "about 1.25 x T slots per buffer (written lines stay in L2)"),
-        "",
-    ]
-    hdr = (f"{'geometry':<12} {'lay':<3} {'cache':<15} {'T':>7} {'slots':<7} {'floor':>8} {'fused':>9} {'xfloor':>6} "
-           f"{'unfused':>9} {'xfloor':>6} {'speedup':>7} {'flash':>9} {'xfloor':>6} {'f/flash':>7} "
-           f"{'store':>8} {'f/store':>7} {'s/flash':>7}")
-    lines.append(hdr)
-    lines.append("-" * len(hdr))
-    for r in result["rows"]:
-        lines.append(
-            f"{r['geometry']:<12} {r['layout']:<3} {r['cache_dtype'].replace('float8_', ''):<15} {r['T']:>7} "
-            f"{r.get('loc', '?'):<7} "
-            f"{r['floor_us']:>8.2f} {r['fused_us']:>9.2f} {r['fused_floor_ratio']:>6.2f} "
-            f"{_f(r['unfused_us'], '9.2f'):>9} {_f(r['unfused_floor_ratio'], '6.2f'):>6} "
-            f"{_f(r['speedup_vs_unfused'], '7.1f'):>7} {_f(r['flash_us'], '9.2f'):>9} "
-            f"{_f(r['flash_floor_ratio'], '6.2f'):>6} {_f(r['fused_vs_flash'], '7.3f'):>7} "
-            f"{_f(r.get('store_us'), '8.2f'):>8} {_f(r.get('fused_vs_store'), '7.2f'):>7} "
-            f"{_f(r.get('store_vs_flash'), '7.3f'):>7}"
-        )
-    if any(r.get("aiter_us") for r in result["rows"]):
-        lines.append("")
-        lines.append("aiter's 5D writer (reshape_and_cache, asm_layout=True, fp8, per-tensor scales):")
-        for r in result["rows"]:
-            if r.get("aiter_us"):
-                lines.append(f"  {_row_id(r)} {r['cache_dtype'].replace('float8_', '')}: aiter {r['aiter_us']:.2f} us, "
-                             f"fused / aiter {r['fused_vs_aiter']:.3f}")
-    notes = sorted({(k, r[k]) for r in result["rows"] for k in ("unfused_note", "flash_note", "aiter_note")
-                    if k in r})
-    if notes:
-        lines.append("")
-        for k, n in notes:
-            lines.append(f"{k.replace('_note', '')}: {n}")
-    lines.append("")
-    lines.append("times in us per call; floor = (bytes read + written) / read+write rate; xfloor = time / floor; "
-                 "unfused = SGLang's set_kv_buffer path (div, cast, its shuffle_5d writer or index_put); "
-                 "speedup = unfused / fused; "
-                 "f/flash = fused / flash (flash measured on an NHD cache); store = the row's layout "
-                 "written with a constant, nothing read or computed (5D groups found beforehand); "
-                 "f/store = fused / store; s/flash = store / flash")
-    for dtype, checks in result.get("verdicts", {}).items():
-        lines.append("")
-        lines.append(f"targets ({dtype}):")
-        for name, c in checks.items():
-            lines.append(f"  [{'met' if c['met'] else 'NOT MET'}] {name} ({c['checked']} rows)"
-                         + (": " + "; ".join(c["failures"]) if c["failures"] else ""))
-            if c.get("layout_bound"):
-                lines.append("      layout-bound (the layout's store floor, its bytes written with nothing read, "
-                             "misses the target by itself): "
-                             + "; ".join(c["layout_bound"]))
-    return "\n".join(lines)

@@ -49,6 +49,13 @@ def bench(what: str, as_json: bool, out_path, device: str, cache_gib: float) -> 
     """
     import importlib
 
+    from sglang_kv5d.bench.sglang_peers import PeerPathError, peer_path
+
+    if what in ("all", "attention"):
+        try:
+            peer_path()  # SGLANG_KV5D_PEER_PATH, checked before anything is imported or measured
+        except PeerPathError as exc:
+            raise click.UsageError(str(exc))
     try:
         import torch
     except Exception as exc:
