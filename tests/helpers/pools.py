@@ -23,6 +23,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import torch
 
+from sglang_kv5d.kernels import attention_reference
+
 DEVICE = "cpu"
 
 
@@ -320,58 +322,10 @@ def read_tokens(pool_leaf, local_layer: int, slots: torch.Tensor, k_scale=1.0, v
 
 
 # ---------------------------------------------------------------------------
-# float64 attention references (test-only), SGLang conventions
+# float64 attention: the package's one reference (sglang_kv5d.kernels.attention_reference)
 # ---------------------------------------------------------------------------
 
-
-def ref_attention(q, k, v, q_positions, *, sm_scale, sliding_window=-1, sinks=None, logit_cap=0.0):
-    """Causal attention of queries at absolute ``q_positions`` over keys 0..Lk-1.
-
-    ``sliding_window`` follows SGLang's ``sliding_window_size``: a query at
-    position p sees keys p - sliding_window .. p (sliding_window + 1 keys).
-    ``sinks`` ([Hq]) add exp(sink) to the softmax denominator. float64 result.
-    """
-    q = q.to(torch.float64)
-    k = k.to(torch.float64)
-    v = v.to(torch.float64)
-    lq, hq, _ = q.shape
-    lk, hkv, _ = k.shape
-    group = hq // hkv
-    kk = k.repeat_interleave(group, dim=1)  # (Lk, Hq, D)
-    vv = v.repeat_interleave(group, dim=1)
-    s = torch.einsum("qhd,khd->hqk", q, kk) * sm_scale
-    if logit_cap and logit_cap > 0:
-        s = logit_cap * torch.tanh(s / logit_cap)
-    pos = torch.as_tensor(q_positions, dtype=torch.long)[:, None]
-    j = torch.arange(lk)[None, :]
-    keep = j <= pos
-    if sliding_window is not None and sliding_window >= 0:
-        keep &= j >= pos - sliding_window
-    s = s.masked_fill(~keep[None], float("-inf"))
-    m = s.amax(-1, keepdim=True)
-    if sinks is not None:
-        m = torch.maximum(m, sinks.to(torch.float64)[:, None, None])
-    p = torch.exp(s - m)
-    den = p.sum(-1, keepdim=True)
-    if sinks is not None:
-        den = den + torch.exp(sinks.to(torch.float64)[:, None, None] - m)
-    return torch.einsum("hqk,khd->qhd", p / den, vv)
-
-
-def _logical_from_table(k_cache, v_cache, table_row, n, page, k_scale, v_scale, fp8_dtype):
-    j = torch.arange(n)
-    blk = table_row.long()[j // page]
-    off = j % page
-    x = k_cache.shape[-1]
-    if fp8_dtype is not None and k_cache.dtype == torch.uint8:
-        k_cache, v_cache = k_cache.view(fp8_dtype), v_cache.view(fp8_dtype)
-    k = k_cache[blk, :, :, off, :].reshape(n, k_cache.shape[1], -1).to(torch.float64)
-    v = v_cache[blk, :, off // x, :, off % x].to(torch.float64)
-    if k_scale is not None:
-        k = k * float(torch.as_tensor(k_scale).reshape(()))
-    if v_scale is not None:
-        v = v * float(torch.as_tensor(v_scale).reshape(()))
-    return k, v
+ref_attention = attention_reference.attention_ref  # (q, k, v, q_positions, *, sm_scale, sliding_window, ...)
 
 
 class PortableRecorder:
@@ -392,13 +346,9 @@ class PortableRecorder:
                                           sinks=sinks, logit_cap=logit_cap)))
         assert block_tables.dtype in (torch.int32, torch.int64) and block_tables.dim() == 2
         assert context_lens.dtype in (torch.int32, torch.int64)  # the kernel reads both
-        page = k_cache.shape[3]
-        res = torch.empty(q.shape[0], q.shape[1], v_cache.shape[3], dtype=torch.float64)
-        for b in range(q.shape[0]):
-            n = int(context_lens[b])
-            k, v = _logical_from_table(k_cache, v_cache, block_tables[b], n, page, k_scale, v_scale, fp8_dtype)
-            res[b] = ref_attention(q[b : b + 1], k, v, [n - 1], sm_scale=sm_scale, sliding_window=sliding_window,
-                                   sinks=sinks, logit_cap=logit_cap)[0]
+        res = attention_reference.decode_attention_5d_ref(
+            q, k_cache, v_cache, block_tables, context_lens, sm_scale=sm_scale, k_scale=k_scale, v_scale=v_scale,
+            fp8_dtype=fp8_dtype, sliding_window=sliding_window, sinks=sinks, logit_cap=logit_cap)
         if out is None:
             out = torch.empty(res.shape, dtype=q.dtype)
         out.copy_(res.to(out.dtype))
@@ -412,14 +362,9 @@ class PortableRecorder:
                                           sliding_window=sliding_window, sinks=sinks, logit_cap=logit_cap)))
         assert causal is True
         assert block_tables.dtype == torch.int32 and qo_indptr.dtype == torch.int32 and kv_lens.dtype == torch.int32
-        page = k_cache.shape[3]
-        res = torch.empty(q.shape[0], q.shape[1], v_cache.shape[3], dtype=torch.float64)
-        for b in range(block_tables.shape[0]):
-            q0, q1 = int(qo_indptr[b]), int(qo_indptr[b + 1])
-            n = int(kv_lens[b])
-            k, v = _logical_from_table(k_cache, v_cache, block_tables[b], n, page, k_scale, v_scale, fp8_dtype)
-            res[q0:q1] = ref_attention(q[q0:q1], k, v, list(range(n - (q1 - q0), n)), sm_scale=sm_scale,
-                                       sliding_window=sliding_window, sinks=sinks, logit_cap=logit_cap)
+        res = attention_reference.extend_attention_5d_ref(
+            q, k_cache, v_cache, block_tables, qo_indptr, kv_lens, sm_scale=sm_scale, k_scale=k_scale,
+            v_scale=v_scale, fp8_dtype=fp8_dtype, sliding_window=sliding_window, sinks=sinks, logit_cap=logit_cap)
         if out is None:
             out = torch.empty(res.shape, dtype=q.dtype)
         out.copy_(res.to(out.dtype))
