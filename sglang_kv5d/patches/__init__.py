@@ -7,13 +7,16 @@ them; if any step fails, nothing of that patch is left installed.
     pool_layout_detection.py   pool-layout-detection   (AiterAttnBackend.__init__)
     attention_dispatch.py      attention-dispatch-5d   (aiter_utils.forward_*_vectorized_5d)
     fp8_kv_write.py            fp8-kv-write            (MHATokenToKVPool.set_kv_buffer)
+    draft_pool_nhd.py          draft-pool-nhd          (KVCacheConfigurator.configure, MHATokenToKVPool.__init__)
+    target_verify.py           target-verify-5d        (AiterAttnBackend.__init__, .forward_extend)
     prefix_valid_write.py      prefix-valid-write-5d   (MHATokenToKVPool.set_kv_buffer_prefix_valid)
     server_args_guard.py       server-args-guard       (ServerArgs.check_server_args)
     fail_closed.py             fail-closed-pool, fail-closed-backend (internal, always on)
 
-Every selectable patch has a human-readable manifest in the top-level
-``patches/`` folder (shipped as ``sglang_kv5d/_manifests``); a test keeps the
-manifests, this registry and the surface table in agreement.
+Every patch has a human-readable manifest in the top-level ``patches/``
+folder (shipped as ``sglang_kv5d/_manifests``), generated from its
+:class:`Patch` together with its README row by
+``python -m sglang_kv5d.manifests --write``; a test keeps them equal.
 
 Third-party (site-specific) patches can be added through the entry-point group
 ``sglang_kv5d.patches``: each entry point loads to a :class:`Patch`.
@@ -64,6 +67,15 @@ class Patch:
     # that take a callback rather than an attribute). Returns an undo callable
     # or None; raising rolls the whole patch back.
     after_install: Optional[Callable[[], Optional[Callable[[], None]]]] = None
+    # The patch's reason, written here once: patches/<name>.toml and the README
+    # row are generated from these (`python -m sglang_kv5d.manifests --write`).
+    problem: str = ""  # README row: what upstream gets wrong, one line of markdown
+    why: str = ""  # what upstream does, what breaks, what the patch does instead
+    upstream: str = ""  # which SGLang releases have the problem
+    removal: str = ""  # when the patch can go ("when upstream ...")
+    sglang: str = ""  # releases it applies to when not the whole tested range
+    reads: Tuple[str, ...] = ()  # READ rows of the surface table its code uses
+    core: Tuple[str, ...] = ()  # modules holding the code it binds
 
 
 # name -> "module:attribute" holding the Patch. Order matters: patches that
@@ -74,6 +86,8 @@ BUILTIN_PATCH_MODULES: Dict[str, str] = {
     "pool-layout-detection": "sglang_kv5d.patches.pool_layout_detection:PATCH",
     "attention-dispatch-5d": "sglang_kv5d.patches.attention_dispatch:PATCH",
     "fp8-kv-write": "sglang_kv5d.patches.fp8_kv_write:PATCH",
+    "draft-pool-nhd": "sglang_kv5d.patches.draft_pool_nhd:PATCH",
+    "target-verify-5d": "sglang_kv5d.patches.target_verify:PATCH",
     "prefix-valid-write-5d": "sglang_kv5d.patches.prefix_valid_write:PATCH",
     "server-args-guard": "sglang_kv5d.patches.server_args_guard:PATCH",
 }

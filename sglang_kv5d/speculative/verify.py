@@ -1,0 +1,133 @@
+"""TARGET_VERIFY attention over a SHUFFLE 5D target cache, CUDA-graph safe.
+
+For speculative decoding with topk 1 (EAGLE/EAGLE3/NEXTN chains, DFLASH
+blocks) every request verifies ``N`` draft tokens against its cached prefix
+plus the drafts before it: a causal extend of ``bs * N`` queries. SGLang's
+AITER backend views the cache as NHD for this (``unified_attention`` on
+``k_cache.view(-1, page, H, D)``), which on a 5D buffer is silently wrong.
+
+The patch (sglang_kv5d/patches/target_verify.py) turns on SGLang's own
+"unified verify" metadata for 5D targets, so SGLang itself builds, eagerly and
+for CUDA-graph capture/replay, what this function reads:
+
+    forward_metadata.kv_indices      (bs, max_blocks) int32 page table, fixed
+                                     width cdiv(max_context_len, page), covering
+                                     prefix + drafts (SGLang writes the drafts'
+                                     slots into req_to_token before verify)
+    forward_metadata.swa_page_table  the same for the SWA sub-pool, or None
+    forward_metadata.qo_indptr       (bs + 1,) int32, 0, N, 2N, ...
+    forward_metadata.max_q_len       N (a Python int fixed per captured graph)
+    forward_batch.seq_lens           (bs,) prefix lengths on the device
+
+No host value is read: kv_lens = seq_lens + N is a device op, the kernel's
+grid comes from tensor shapes, so the call captures and replays.
+
+Sliding windows follow the overlay's extend and decode (SGLang's
+``sliding_window_size + 1`` visible keys), so a token is verified under the
+same window it is decoded under.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .. import attention as _attention
+
+
+class VerifyLayoutError(ValueError):
+    """The verify step cannot run on this layer or metadata; the message names why."""
+
+
+def verify_tables(backend, layer):
+    """(page table, window) for ``layer``: the SWA table for windowed layers when present."""
+    meta = backend.forward_metadata
+    window = _attention._layer_window(layer)
+    table = meta.kv_indices
+    swa = getattr(meta, "swa_page_table", None)
+    if window >= 0 and swa is not None:
+        table = swa
+    if table is None or table.dim() != 2:
+        raise VerifyLayoutError(
+            f"layer {layer.layer_id}: target verify over a 5D cache needs a 2-D page table in "
+            f"forward_metadata.kv_indices (SGLang's unified-verify metadata), got "
+            f"{None if table is None else tuple(table.shape)}; is the target-verify-5d patch's "
+            "backend hook applied?"
+        )
+    return table, window
+
+
+def write_verify_kv(backend, layer, forward_batch, k, v, write_loc_cls) -> None:
+    """Write the draft tokens' K/V into the 5D target cache, as upstream's 5D branch does.
+
+    ``write_loc_cls`` is SGLang's ``KVWriteLoc`` (read through the surface table);
+    the pool's ``set_kv_buffer`` is the overlay's fused write when fp8-kv-write is on.
+    """
+    k_scale = v_scale = None
+    if _attention._is_fp8(getattr(backend, "kv_cache_dtype", None)):
+        k_scale = layer.k_scale if layer.k_scale is not None else backend.k_scale
+        v_scale = layer.v_scale if layer.v_scale is not None else backend.v_scale
+    meta = backend.forward_metadata
+    loc = write_loc_cls.for_layer(forward_batch, layer, swa_loc=getattr(meta, "swa_out_cache_loc", None))
+    backend.token_to_kv_pool.set_kv_buffer(layer, loc, k, v, k_scale, v_scale)
+
+
+def forward_target_verify_5d(backend, q, layer, forward_batch, sinks: Optional[Any] = None, *,
+                             causal: bool = True):
+    """Attention of ``bs * N`` verify queries over the 5D cache; returns ``(bs * N, Hq * D_v)``.
+
+    ``q``: ``(bs * N, Hq * D)`` (or ``(bs * N, Hq, D)``) in the model dtype; the
+    drafts' K/V must already be in the cache. ``causal=False`` lets every query
+    see all ``seq_lens + N`` keys (block-parallel drafts). Output dtype: the
+    backend's ``input_dtype`` or q's.
+    """
+    torch = _attention._torch()
+    _, k_cache, v_cache, _, _, kv_dtype, _ = _attention._layer_cache(backend, layer)
+    meta = backend.forward_metadata
+    hq = int(layer.tp_q_head_num)
+    d, dv = int(layer.qk_head_dim), int(layer.v_head_dim)
+    if d != dv:
+        raise VerifyLayoutError(
+            f"layer {layer.layer_id}: the 5D verify kernel needs qk_head_dim == v_head_dim, got {d}/{dv}"
+        )
+    n = int(meta.max_q_len)
+    q3 = q.reshape(-1, hq, d)
+    if n <= 0 or q3.shape[0] % n:
+        raise VerifyLayoutError(
+            f"layer {layer.layer_id}: {q3.shape[0]} verify queries are not a whole number of "
+            f"{n}-token draft blocks (forward_metadata.max_q_len)"
+        )
+    bs = q3.shape[0] // n
+    table, window = verify_tables(backend, layer)
+    if table.shape[0] < bs:
+        raise VerifyLayoutError(f"layer {layer.layer_id}: page table has {table.shape[0]} rows for {bs} requests")
+    qo_indptr = meta.qo_indptr[: bs + 1]
+    if qo_indptr.dtype != torch.int32:
+        qo_indptr = qo_indptr.to(torch.int32)
+    kv_lens = (forward_batch.seq_lens[:bs] + n).to(torch.int32)
+    fp8 = _attention._is_fp8(kv_dtype)
+    k_scale = v_scale = None
+    if fp8:
+        k_scale, v_scale = _attention._kv_scales(layer, backend, q.device)
+    out_dtype = getattr(backend, "input_dtype", None) or q.dtype
+    out = torch.empty((q3.shape[0], hq, dv), dtype=out_dtype, device=q.device)
+    if q3.dtype != out_dtype:
+        q3 = q3.to(out_dtype)
+    cap = float(getattr(layer, "logit_cap", 0.0) or 0.0)
+    _attention._kernels().extend_attention_5d(
+        q3,
+        k_cache,
+        v_cache,
+        table[:bs],
+        qo_indptr,
+        kv_lens,
+        sm_scale=float(layer.scaling),
+        causal=causal,
+        k_scale=k_scale,
+        v_scale=v_scale,
+        fp8_dtype=kv_dtype if fp8 else None,
+        sliding_window=window,
+        sinks=sinks,
+        logit_cap=cap,
+        out=out,
+    )
+    return out.reshape(-1, hq * dv)
