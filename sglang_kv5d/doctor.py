@@ -21,10 +21,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from . import config
+from . import platform as _platform
 from . import versions as _versions
 from ._version import __version__
+from .surface import PLUGIN_GROUP
 
 OK, WARN, FAIL = "ok", "warn", "fail"
+PLUGIN_NAME = "kv5d"  # our entry point's name in SGLang's plugin group (pyproject.toml)
 
 
 @dataclass
@@ -76,14 +79,9 @@ def check_environment(environ=None) -> List[Check]:
     """Every switch through the registry: invalid values fail with their rule id and fix."""
     env = os.environ if environ is None else environ
     out: List[Check] = []
-    known = None
-    try:
-        from .launcher import _known_patch_names
+    from .launch.probes import known_patch_names
 
-        known = _known_patch_names()
-    except Exception:
-        pass
-    for p in config.problems(env, known_patches=known):
+    for p in config.problems(env, known_patches=known_patch_names()):
         out.append(Check(f"switch {p.name}", FAIL, f"{p.rule}: {p.message()}; sglang-kv5d assumes {p.switch.assumed}"
                          if p.switch.owner == config.OURS else f"{p.rule}: {p.message()}", p.fix))
     for name, close in config.unknown_own_names(env):
@@ -115,38 +113,15 @@ def check_sglang(environ=None) -> Check:
     return Check("sglang", status, f"{verdict.version or 'missing'}: {verdict.kind} - {verdict.message}", fix)
 
 
-def detect_platform() -> dict:
-    """Platform (rocm | cuda | cpu, decided like ``sglang-kv5d check``), device name,
-    arch and the fp8 flavour it uses (e4m3fnuz on gfx942, e4m3fn elsewhere)."""
-    from .launcher import detect_platform as decide_platform
-
-    name, how = decide_platform("auto")
-    info = {"platform": name, "how": how, "device": None, "arch": None, "fp8": "float8_e4m3fn"}
-    try:
-        import torch
-    except Exception as exc:
-        info["error"] = f"torch not importable: {exc}"
-        return info
-    if name != "cpu" and torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        info["device"] = props.name
-        hip_arch = getattr(props, "gcnArchName", None) if name == "rocm" else None
-        info["arch"] = hip_arch or f"sm_{props.major}{props.minor}"
-    arch = (info["arch"] or "").split(":")[0]
-    if arch.startswith("gfx94"):
-        info["fp8"] = "float8_e4m3fnuz"  # MI300X / MI325X
-    return info
-
-
-def check_platform(info: Optional[dict] = None) -> Check:
-    info = info if info is not None else detect_platform()
-    detail = f"{info['platform']} ({info['how']})"
-    if info.get("device"):
-        detail += f", {info['device']} ({info['arch']})"
-    detail += f", fp8 KV cache dtype {info['fp8']}"
-    if info.get("error"):
-        return Check("platform", FAIL, info["error"], "install torch")
-    if info["platform"] != "rocm":
+def check_platform(info: _platform.PlatformInfo) -> Check:
+    """The platform (decided like ``sglang-kv5d check``), the GPU and its fp8 KV dtype."""
+    detail = f"{info.platform} ({info.how})"
+    if info.device:
+        detail += f", {info.device} ({info.arch})"
+    detail += f", fp8 KV cache dtype {info.fp8}"
+    if info.error:
+        return Check("platform", FAIL, info.error, "install torch (the build matching your ROCm/CUDA stack)")
+    if info.platform != _platform.ROCM:
         return Check("platform", WARN, detail + "; the 5D layout is only consumed on ROCm (aiter)",
                      "nothing to fix for development; serve 5D on MI300/MI355")
     return Check("platform", OK, detail)
@@ -181,17 +156,17 @@ def check_entry_point(environ=None) -> Check:
     from importlib.metadata import entry_points
 
     env = os.environ if environ is None else environ
-    eps = [ep for ep in entry_points(group="sglang.srt.plugins") if ep.name == "kv5d"]
+    eps = [ep for ep in entry_points(group=PLUGIN_GROUP) if ep.name == PLUGIN_NAME]
     if not eps:
-        return Check("plugin entry point", FAIL, "kv5d is not registered in group sglang.srt.plugins",
+        return Check("plugin entry point", FAIL, f"{PLUGIN_NAME} is not registered in group {PLUGIN_GROUP}",
                      "reinstall sglang-kv5d into the same environment as SGLang")
-    allowed = [x.strip() for x in env.get("SGLANG_PLUGINS", "").split(",") if x.strip()]
-    if allowed and "kv5d" not in allowed:
+    allowed = [x.strip() for x in env.get(config.PLUGINS, "").split(",") if x.strip()]
+    if allowed and PLUGIN_NAME not in allowed:
         return Check("plugin entry point", WARN,
-                     f"discovered ({eps[0].value}) but SGLANG_PLUGINS={env['SGLANG_PLUGINS']} filters it out; "
+                     f"discovered ({eps[0].value}) but {config.PLUGINS}={env[config.PLUGINS]} filters it out; "
                      "the .pth bootstrap still activates the overlay",
                      "add kv5d to SGLANG_PLUGINS")
-    return Check("plugin entry point", OK, f"kv5d -> {eps[0].value}")
+    return Check("plugin entry point", OK, f"{PLUGIN_NAME} -> {eps[0].value}")
 
 
 def find_pth() -> Optional[str]:
@@ -316,9 +291,9 @@ def _versions_section(ctx: DoctorContext) -> List[Check]:
 
 
 def _platform_section(ctx: DoctorContext) -> List[Check]:
-    info = detect_platform()
+    info = _platform.describe_platform()
     ctx.facts["platform"] = info
-    return [check_platform(info), check_aiter(info["platform"])]
+    return [check_platform(info), check_aiter(info.platform)]
 
 
 def _install_section(ctx: DoctorContext) -> List[Check]:
@@ -328,10 +303,10 @@ def _install_section(ctx: DoctorContext) -> List[Check]:
 def _patches_section(ctx: DoctorContext) -> List[Check]:
     if _versions.installed_sglang_version() is None:
         return []
-    from .launcher import _quiet_sglang_imports, import_noise_note
+    from .launch.quiet import import_noise_note, quiet_sglang_imports
 
     noise: List[str] = []
-    with _quiet_sglang_imports(noise):  # SGLang's import-time prints, explained once below
+    with quiet_sglang_imports(noise):  # SGLang's import-time prints, explained once below
         checks = check_patches(ctx.environ)
     note = import_noise_note(noise)
     if note:
@@ -348,8 +323,8 @@ def _kernels_section(ctx: DoctorContext) -> List[Check]:
     compiled for it without launching (``sglang_kv5d.kernel_report``)."""
     arch = ctx.options.get("kernels_for")
     if arch is None:
-        info = ctx.facts.get("platform") or {}
-        if not info.get("device"):
+        info = ctx.facts.get("platform")
+        if info is None or not info.device:
             return [Check("kernels", OK, "no GPU here: not compiled",
                           "sglang-kv5d doctor --kernels-for gfx942|gfx950|sm_90 compiles them for an arch on any machine")]
         arch = "device"

@@ -28,8 +28,12 @@ from tests.helpers.subproc import sglang_version
 from tests.helpers.cli import PROFILE, ROOT, base_env, run_batch, run_cli
 from tests.helpers.subproc import run_py, sglang_version
 
-from sglang_kv5d import launcher
-from sglang_kv5d.launcher import ORIGIN_CLI, ORIGIN_DEFAULT, ORIGIN_ENV, ORIGIN_PROFILE, Options, UsageError
+from sglang_kv5d.launch.argv import Options, UsageError, split_argv
+from sglang_kv5d.launch.environment import ORIGIN_CLI, ORIGIN_DEFAULT, ORIGIN_ENV, ORIGIN_PROFILE, resolve_env
+from sglang_kv5d.launch.profile import Profile, load_profile
+from sglang_kv5d.launch.renames import RENAMES
+from sglang_kv5d.launch.sglang_parser import segment_args
+from sglang_kv5d.platform import detect_platform
 
 FIVE_D = {"SGLANG_USE_AITER": "1", "SGLANG_AITER_KV_CACHE_LAYOUT": "vectorized_5d"}
 MODEL = ["--model-path", "/models/Llama-3.1-8B-Instruct"]
@@ -168,7 +172,7 @@ def test_double_dash_hands_everything_after_it_to_sglang(batch):
 @pytest.fixture(scope="module")
 def installed_flags():
     """Which spellings the installed SGLang's parser has (asked in a subprocess)."""
-    flags = sorted({f for r in launcher.RENAMES for f in (r.old, r.new)})
+    flags = sorted({f for r in RENAMES for f in (r.old, r.new)})
     r = run_py(
         """
         import argparse, json, sys
@@ -183,7 +187,7 @@ def installed_flags():
 
 
 def test_rename_table_matches_the_installed_parser(installed_flags):
-    for r in launcher.RENAMES:
+    for r in RENAMES:
         # Every entry is either still accepted as written, or translatable here.
         assert installed_flags[r.old] or installed_flags[r.new], r
 
@@ -328,24 +332,24 @@ def test_launch_execs_sglangs_real_launch_server(tmp_path):
 
 
 def test_split_argv():
-    opts, rest = launcher.split_argv(["--tp", "8", "--kv5d-profile=p.toml", "--port", "1", "--kv5d-json",
-                                      "--kv5d-platform", "cuda", "--", "--kv5d-json", "-h"])
+    opts, rest = split_argv(["--tp", "8", "--kv5d-profile=p.toml", "--port", "1", "--kv5d-json",
+                             "--kv5d-platform", "cuda", "--", "--kv5d-json", "-h"])
     assert rest == ["--tp", "8", "--port", "1", "--kv5d-json", "-h"]
     assert opts.profile == "p.toml" and opts.json and opts.platform == "cuda" and not opts.help
-    opts, _ = launcher.split_argv(["--explain", "KV5D001"], "check")
+    opts, _ = split_argv(["--explain", "KV5D001"], "check")
     assert opts.explain == "KV5D001"
-    _, rest = launcher.split_argv(["--explain", "KV5D001"], "launch")
+    _, rest = split_argv(["--explain", "KV5D001"], "launch")
     assert rest == ["--explain", "KV5D001"]  # not ours in launch: SGLang's to judge
     for bad in (["--kv5d-profile"], ["--kv5d-platform", "rocM"], ["--kv5d-json=1"], ["--kv5d-env", "X"],
                 ["--kv5d-strct"], ["--kv5d-profile", "--"]):
         with pytest.raises(UsageError):
-            launcher.split_argv(bad)
+            split_argv(bad)
 
 
 def test_env_precedence():
-    prof = launcher.Profile("p.toml", "", {"A": "profile", "B": "profile", "C": "profile", "SGLANG_KV5D": "0"}, [])
+    prof = Profile("p.toml", "", {"A": "profile", "B": "profile", "C": "profile", "SGLANG_KV5D": "0"}, [])
     opts = Options(env=[("C", "cli")], strict=False)
-    env, entries = launcher.resolve_env({"B": "shell", "C": "shell", "PATH": "/bin"}, prof, opts)
+    env, entries = resolve_env({"B": "shell", "C": "shell", "PATH": "/bin"}, prof, opts)
     by = {e.name: e for e in entries}
     assert env["A"] == "profile" and by["A"].origin == ORIGIN_PROFILE and by["A"].changed
     assert env["B"] == "shell" and by["B"].origin == ORIGIN_ENV and by["B"].overridden == [(ORIGIN_PROFILE, "profile")]
@@ -355,11 +359,11 @@ def test_env_precedence():
     assert env["SGLANG_KV5D"] == "1" and by["SGLANG_KV5D"].origin == ORIGIN_DEFAULT
     assert env["PATH"] == "/bin" and "PATH" not in by
     with pytest.raises(UsageError):
-        launcher.resolve_env({}, None, Options(env=[("SGLANG_KV5D", "0")]))
+        resolve_env({}, None, Options(env=[("SGLANG_KV5D", "0")]))
 
 
 def test_profile_loading(tmp_path):
-    p = launcher.load_profile(PROFILE)
+    p = load_profile(PROFILE)
     assert p.env["SGLANG_AITER_KV_CACHE_LAYOUT"] == "vectorized_5d" and p.env["USE_AITER_COMM"] == "1"
     assert p.args[:2] == ["--model-path", "/models/Qwen3.5-397B-A17B-PTPC-FP8"]
     assert "--cuda-graph-max-bs-decode" in p.args and "--linear-attn-backend" not in p.args
@@ -369,12 +373,12 @@ def test_profile_loading(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('[env]\nA = "1"\nargs = ["--tp", "2"]\n')  # args inside [env] by mistake
     with pytest.raises(UsageError, match="env.args"):
-        launcher.load_profile(str(bad))
+        load_profile(str(bad))
     bad.write_text('argz = []\n')
     with pytest.raises(UsageError, match="unknown key"):
-        launcher.load_profile(str(bad))
+        load_profile(str(bad))
     with pytest.raises(UsageError, match="cannot read"):
-        launcher.load_profile(str(tmp_path / "missing.toml"))
+        load_profile(str(tmp_path / "missing.toml"))
 
 
 def test_segments_follow_sglangs_nargs():
@@ -382,7 +386,7 @@ def test_segments_follow_sglangs_nargs():
     p.add_argument("--tp-size", type=int)
     p.add_argument("--cuda-graph-bs-decode", nargs="+", type=int)
     p.add_argument("--disable-radix-cache", action="store_true")
-    segs = launcher.segment_args(["--tp", "8", "--cuda-graph-bs-decode", "1", "2", "4", "--disable-radix-cache",
+    segs = segment_args(["--tp", "8", "--cuda-graph-bs-decode", "1", "2", "4", "--disable-radix-cache",
                                   "--who", "x"], p, "cli")
     assert [(s.dest, s.tokens) for s in segs] == [
         ("tp_size", ["--tp", "8"]), ("cuda_graph_bs_decode", ["--cuda-graph-bs-decode", "1", "2", "4"]),
@@ -390,7 +394,7 @@ def test_segments_follow_sglangs_nargs():
 
 
 def test_platform_override_needs_no_torch():
-    assert launcher.detect_platform("rocm") == ("rocm", "--kv5d-platform")
+    assert detect_platform("rocm") == ("rocm", "--kv5d-platform")
 
 
 # ---------------------------------------------------------------------------
@@ -413,8 +417,8 @@ SPYING = False
 ServerArgs.__setattr__ = spy
 
 import sglang_kv5d                       # the real server-args-guard patch
-import sglang_kv5d.rules as rules
-rules._platform_in_process = lambda: "rocm"  # judge as the ROCm server would (this host is a CPU)
+import sglang_kv5d.platform as platform  # judge as the ROCm server would (this host is a CPU)
+platform.detect_platform = lambda choice="auto", **_kw: ("rocm", "test")
 status = sglang_kv5d.activate(patches=["server-args-guard"], strict=False)
 hooks = sys.modules.get("sglang.srt.arg_groups.resolution_hooks")
 

@@ -1,23 +1,24 @@
 """``sglang-kv5d launch`` and ``sglang-kv5d check`` (click commands).
 
 click never parses these commands' arguments: the raw argv goes to
-sglang_kv5d.launcher, which takes only full ``--kv5d-*`` names before ``--``
+sglang_kv5d.launch, which takes only full ``--kv5d-*`` names before ``--``
 and hands every other token to SGLang's own parser untouched. (click's
 ``ignore_unknown_options`` would let an option of ours swallow an SGLang
 option of the same name and forward typos of ours silently.) The click
 options below exist only so that ``--help`` documents them.
 
 The package's group (sglang_kv5d.cli:cli, the ``sglang-kv5d`` console script)
-calls :func:`register`; :func:`main` is a stand-alone group with just these
-two commands.
+calls :func:`register`.
 """
 
 from __future__ import annotations
 
-import sys
-from typing import List, Optional, Sequence
+from typing import List
 
 import click
+
+from ..launch.argv import PLATFORM_CHOICES
+from ..surface import LAUNCH_SERVER
 
 _ARGV_KEY = "sglang_kv5d.launch.argv"
 
@@ -36,7 +37,7 @@ def _doc_options(command: str) -> List[click.Parameter]:
         click.Option(["--kv5d-profile"], metavar="FILE",
                      help="Launch profile (TOML: description, args, [env]). Command-line SGLang options "
                           "come after the profile's and replace profile options of the same name."),
-        click.Option(["--kv5d-platform"], type=click.Choice(["auto", "rocm", "cuda", "cpu"]), default="auto",
+        click.Option(["--kv5d-platform"], type=click.Choice(list(PLATFORM_CHOICES)), default="auto",
                      show_default=True,
                      help="Platform the rules judge (auto: torch.version.hip, CUDA, /opt/rocm). Use rocm to "
                           "lint a ROCm launch from another machine."),
@@ -69,10 +70,10 @@ _PRECEDENCE = (
 
 def _make_launch() -> click.Command:
     def callback() -> None:
-        from .. import launcher
+        from ..launch.run import run_launch
 
         ctx = click.get_current_context()
-        code = launcher.run_launch(ctx.meta.get(_ARGV_KEY, []), help_text=ctx.get_help())
+        code = run_launch(ctx.meta.get(_ARGV_KEY, []), help_text=ctx.get_help())
         ctx.exit(code)
 
     return _RawArgsCommand(
@@ -81,7 +82,7 @@ def _make_launch() -> click.Command:
         params=_doc_options("launch"),
         options_metavar="[KV5D OPTIONS]",
         help=(
-            "Check, then exec `python -m sglang.launch_server SGLANG_ARGS...` under this interpreter "
+            f"Check, then exec `python -m {LAUNCH_SERVER} SGLANG_ARGS...` under this interpreter "
             "with SGLANG_KV5D=1.\n\n"
             "Usage: sglang-kv5d launch [--kv5d-* OPTIONS] [--] SGLANG_ARGS...\n\n"
             "Only full --kv5d-* names are ours (anywhere before `--`); every other argument, e.g. --tp, "
@@ -96,10 +97,10 @@ def _make_launch() -> click.Command:
 
 def _make_check() -> click.Command:
     def callback() -> None:
-        from .. import launcher
+        from ..launch.run import run_check
 
         ctx = click.get_current_context()
-        code = launcher.run_check(ctx.meta.get(_ARGV_KEY, []), help_text=ctx.get_help())
+        code = run_check(ctx.meta.get(_ARGV_KEY, []), help_text=ctx.get_help())
         ctx.exit(code)
 
     return _RawArgsCommand(
@@ -123,27 +124,3 @@ def register(group: click.Group) -> None:
     group.add_command(_make_launch())
     group.add_command(_make_check())
 
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Stand-alone entry: a group with just launch and check."""
-
-    @click.group(name="sglang-kv5d")
-    def group() -> None:
-        """sglang-kv5d launch/check."""
-
-    register(group)
-    try:
-        rv = group.main(args=list(sys.argv[1:] if argv is None else argv), prog_name="sglang-kv5d",
-                        standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code or 0)
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except click.exceptions.Abort:
-        return 1
-    return int(rv or 0)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -65,7 +65,7 @@ def run_batch(cases: List[dict], timeout: int = 600) -> List[dict]:
 
 
 def _run_one(case: dict) -> dict:
-    from sglang_kv5d import launcher
+    from sglang_kv5d.launch import probes as launcher  # probe_patch_problems is looked up there per plan
     from sglang_kv5d.cli import main  # the console script's entry point (standalone click: SystemExit)
 
     saved_env = dict(os.environ)
