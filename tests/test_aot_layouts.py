@@ -5,7 +5,7 @@ vectors of the cache.
 A tile whose axes show no contiguity leaves the lane order to a tie-break in
 Triton's coalescing pass; once that put the 32 lanes of a warp on 32 chunks
 1 KiB apart and every K sector was fetched in two halves (H200, 33% excess
-sectors; docs/benchmarks-attention.md, fourth session). This checks the layout
+sectors; docs/benchmarks.md, decisions: 5D decode attention). This checks the layout
 the installed Triton chooses, in a subprocess without TRITON_INTERPRET.
 """
 

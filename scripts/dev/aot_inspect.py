@@ -18,7 +18,7 @@ lanes walk along), and a histogram of SASS opcodes.
 Why: the lane order of a tile whose axes show no contiguity is a tie-break in
 Triton's coalescing pass. A 3-D K tile of the decode kernel once put the lanes
 of a warp on 32 chunks 1 KiB apart, fetching every sector in two halves
-(docs/benchmarks-attention.md, fourth session); nothing in the source shows it.
+(docs/benchmarks.md, decisions: 5D decode attention); nothing in the source shows it.
 """
 
 from __future__ import annotations

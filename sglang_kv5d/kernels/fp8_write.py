@@ -56,8 +56,8 @@ token owns one byte of every 16-byte vector. Two ways to write it:
   slower on the H200).
 
 The launch configuration (window, heads per program, row chunks, groups,
-launch order) is picked on the host from shapes only (``launch_config``; H200
-sweeps in docs/benchmarks-fp8-write.md).
+launch order) is picked on the host from shapes only (``launch_config``; the
+H200 measurements behind each rule: docs/benchmarks.md, "Decisions").
 
 Division. On the GPU the quotient is computed as ``x * RN(1/s)`` followed by
 two FMA residual corrections, which is the correctly rounded ``x / s``
@@ -959,16 +959,17 @@ _CONFIG_KEYS = ("block_t", "heads_per_program", "d_split", "split_kv", "num_warp
 
 
 # 5D V with D = 256: whole-vector groups once a call writes this many V bytes
-# (T x H x D_v), bytes one by one below (H200 sweeps, sixth session).
+# (T x H x D_v), bytes one by one below (H200, e4m3fn: groups 1-4% faster
+# from 8 MiB of V, bytes faster below).
 _GROUPS_MIN_V_BYTES_D256 = 1 << 23
 # 5D V with D <= 128: whole-vector groups past this many tokens, bytes one by
-# one up to it (H200 lanes2 / lanes3 sweeps, seventh session: bytes one by one
-# are 2-6% faster on prefill runs of 2048 and 4096 tokens and 2-3x faster on
-# decode batches of that size; groups win from 8192 tokens).
+# one up to it (H200: bytes one by one are 2-6% faster on prefill runs of 2048
+# and 4096 tokens and 2-3x faster on decode batches of that size; groups win
+# from 8192 tokens).
 _GROUPS_MIN_T = 4096
 # Bytes one by one: up to this many tokens, windows that are not inside runs
 # (decode) store with the lanes on 4 tokens (byte_tokens 4: 22-33% faster on
-# decode batches, 0-3.5% slower on prefill runs in the H200 lanes3 sweep);
+# decode batches, 0-3.5% slower on prefill runs on the H200);
 # past it prefill runs are the common case (5-10% slower with byte_tokens 4
 # at 4096 and 8192 tokens) and decode batches that large are rare.
 _DECODE_LANES_MAX_T = 2048
@@ -1052,26 +1053,23 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool, native_fp8:
     ``byte_tokens`` tokens, then dims (``_v_bytes_by_lanes``); ``block_t`` or
     more stores every window as loaded).
 
-    From two H200 sweeps on 2026-11-29 (docs/benchmarks-fp8-write.md, "Second
-    sweep"): small windows for decode sizes (more programs, each one short);
-    for 5D, V bytes stored one by one except for D <= 128 past 1024 tokens
-    (4096 since the seventh session), where the group path wins, and rows of
-    256 dims split over two programs;
-    for NHD, rows of up to 512 elements per program past 128 tokens. From
-    the sixth session's sweeps: the token-major launch order for 5D with
-    D <= 128 and with groups (2-3% faster at T >= 1024; slower for D = 256
-    with bytes one by one), and groups for D = 256 (rows split over two
-    programs) once a call writes at least 8 MiB of V (bytes one by one lose
-    1-4% from T x H = 32768 on, after the cheaper division). From the seventh
-    session's sweeps: bytes one by one for D <= 128 up to 4096 tokens (was
-    1024), and ``byte_tokens`` 4 on the bytes path up to 2048 tokens
-    (windows that are not inside runs, i.e. decode, store with the lanes on
-    4 tokens). With the integer encoder (twice the registers per element) 5D V
-    is stored as bytes one by one at every size, with whole rows of 256 dims
-    from 8 MiB of V per call: on the H200 with e4m3fnuz that was 4% faster
-    than the group path for D = 128 and 26-34% faster for D = 256 (seventh
-    session, d256 sweep), where the group path's two-warp programs (which K
-    shares) need 128 registers per thread.
+    The rules, each with its H200 measurement (docs/benchmarks.md,
+    "Decisions"): small windows for decode sizes (more programs, each one
+    short: most SMs idle otherwise at T <= 128); for 5D, V bytes stored one by
+    one (the L2 merges a vector's bytes) except for D <= 128 past 4096 tokens,
+    where the group path wins, and rows of 256 dims split over two programs;
+    for NHD, rows of up to 512 elements per program past 128 tokens. The
+    token-major launch order for 5D with D <= 128 and with groups (2-3% faster
+    at T >= 1024; slower for D = 256 with bytes one by one). Groups for D = 256
+    (rows split over two programs) once a call writes at least 8 MiB of V
+    (bytes one by one lose 1-4% from T x H = 32768 on). ``byte_tokens`` 4 on
+    the bytes path up to 2048 tokens (windows that are not inside runs, i.e.
+    decode, store with the lanes on 4 tokens). With the integer encoder
+    (twice the registers per element) 5D V is stored as bytes one by one at
+    every size, with whole rows of 256 dims from 8 MiB of V per call: on the
+    H200 with e4m3fnuz that is 4% faster than the group path for D = 128 and
+    26-34% faster for D = 256, where the group path's two-warp programs
+    (which K shares) need 128 registers per thread.
     """
     D = max(DK, DV)
     cfg = {"block_t": 16, "heads_per_program": 1, "d_split": 1, "split_kv": True,
