@@ -33,7 +33,7 @@ def format_table(result: dict) -> str:
     bw = result.get("read_bytes_per_s", 0.0)
     aiter_src = result.get("aiter_peer", "none (not ROCm)")
     rows = result.get("rows", [])
-    # aiter columns on ROCm only (off ROCm there is no aiter peer and the table is as before)
+    # aiter columns only where an aiter peer exists or was tried (ROCm); off ROCm the table has none
     show_aiter = not aiter_src.startswith("none") or any("aiter_us" in r or "aiter_note" in r for r in rows)
     lines = [
         f"decode_attention_5d vs SGLang Triton decode ({result.get('peer', '?')})"

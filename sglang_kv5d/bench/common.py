@@ -101,13 +101,6 @@ def memory_rates(device=None, nbytes: int = 1 << 30):
     return bandwidth.measure(device, nbytes)
 
 
-def copy_bandwidth_bytes_per_s(device=None, nbytes: int = 1 << 30) -> float:
-    """Bytes read + bytes written per second by a copy kernel on the compute
-    units (not ``Tensor.copy_``: in a CUDA graph that is a copy-engine memcpy
-    node, about 0.63x of what the compute units move on an H200)."""
-    return memory_rates(device, nbytes).copy
-
-
 def device_description(device=None) -> dict:
     """GPU name, driver / runtime, torch and triton versions, for benchmark records."""
     import platform
