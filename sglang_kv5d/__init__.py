@@ -9,7 +9,7 @@ Importing this package patches nothing and imports neither SGLang nor torch.
 
 Where things live: activation.py (engine), surface.py (every SGLang object we
 touch), patches/ (one adapter per patch), pools.py / attention.py (5D core),
-kernels/ (Triton kernels + float64 references), rules.py (launch rules),
+kernels/ (Triton kernels + float64 references), rules/ (launch rules),
 cli/ (the ``sglang-kv5d`` command).
 """
 

@@ -22,6 +22,7 @@ SWA_MEMORY_POOL = "sglang.srt.mem_cache.swa_memory_pool"
 KV_CACHE_CONFIGURATOR = "sglang.srt.mem_cache.kv_cache_configurator"
 SERVER_ARGS = "sglang.srt.server_args"
 RESOLUTION_HOOKS = "sglang.srt.arg_groups.resolution_hooks"
+RESOLUTION_HOOK_STEP = "handle_other_validations"  # the resolution step server-args-guard hooks
 LAUNCH_SERVER = "sglang.launch_server"
 PLUGIN_GROUP = "sglang.srt.plugins"  # entry-point group of load_plugins()
 MODULE_PREFIX = PACKAGE + "."  # every SGLang module name starts with it

@@ -51,10 +51,11 @@ CASES = [
     # KV5D004: unified memory.
     _case("KV5D004", True, ROCM + GOOD + ["--enable-unified-memory"], FIVE_D),
     _case("KV5D004", False, ROCM + GOOD + ["--enable-unified-memory"], NHD),
-    # KV5D005: any speculative algorithm; DFLASH named.
-    _case("KV5D005", True, ROCM + GOOD + ["--speculative-algorithm", "DFLASH"], FIVE_D),
-    _case("KV5D005", True, ROCM + GOOD + ["--speculative-algorithm", "EAGLE"], FIVE_D),
-    _case("KV5D005", False, ROCM + GOOD + ["--speculative-algorithm", "EAGLE"], NHD),
+    # KV5D005: the speculative support matrix (rules/speculative.py); more cells in SPEC_CASES below.
+    _case("KV5D005", True, ROCM + GOOD + ["--speculative-algorithm", "NGRAM"], FIVE_D),
+    _case("KV5D005", True, ROCM + GOOD + ["--speculative-algorithm", "EAGLE", "--speculative-eagle-topk", "4"], FIVE_D),
+    _case("KV5D005", False, ROCM + GOOD + ["--speculative-algorithm", "EAGLE", "--speculative-eagle-topk", "1"], FIVE_D),
+    _case("KV5D005", False, ROCM + GOOD + ["--speculative-algorithm", "NGRAM"], NHD),
     # KV5D006: hierarchical cache / LMCache.
     _case("KV5D006", True, ROCM + GOOD + ["--enable-hierarchical-cache"], FIVE_D),
     _case("KV5D006", True, ROCM + GOOD + ["--enable-lmcache"], FIVE_D),
@@ -94,8 +95,16 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def batch():
-    return run_batch(CASES)
+def _both():
+    # One process (SGLang's parser imports once): the rule matrix, then the speculative cells.
+    spec = [_case("KV5D005", not allowed, SPEC + algo, env) for algo, env, allowed, _, _ in SPEC_CASES]
+    results = run_batch(CASES + spec)
+    return results[:len(CASES)], results[len(CASES):]
+
+
+@pytest.fixture(scope="module")
+def batch(_both):
+    return _both[0]
 
 
 def _ids(result):
@@ -124,8 +133,8 @@ def test_matrix_covers_every_rule():
 
 def test_messages_name_specifics(batch):
     by = {i: {f["id"]: f for f in json.loads(r["out"])} for i, r in enumerate(batch)}
-    dflash = by[CASES.index(next(c for c in CASES if "DFLASH" in c["argv"]))]["KV5D005"]
-    assert "DFLASH" in dflash["message"] and "triton" in dflash["message"]
+    ngram = by[CASES.index(next(c for c in CASES if "NGRAM" in c["argv"]))]["KV5D005"]
+    assert "NGRAM" in ngram["message"] and "custom attention masks" in ngram["message"]
     typo = by[CASES.index(next(c for c in CASES if "SGLANG_USE_AITR" in c["env"]))]["KV5D012"]
     assert typo["severity"] == "warning" and "SGLANG_USE_AITER" in typo["message"]
     layout = by[0]["KV5D001"]
@@ -138,6 +147,152 @@ def test_no_probe_is_reported_as_such(batch):
 
 
 # ---------------------------------------------------------------------------
+# KV5D005: the speculative support matrix, cell by cell, through `check` and
+# SGLang's own parser (one batch process), then the pure function.
+
+SPEC = ROCM + GOOD + ["--speculative-algorithm"]
+# Every patch but the named one(s), as SGLANG_KV5D_PATCHES.
+_ALL_PATCHES = ("pool-layout-detection", "attention-dispatch-5d", "fp8-kv-write", "draft-pool-nhd",
+                "target-verify-5d", "prefix-valid-write-5d", "server-args-guard")
+
+
+def _without(*names):
+    return ",".join(p for p in _ALL_PATCHES if p not in names)
+
+
+# (algorithm argv, env, allowed, words the KV5D005 message must contain, words its fix must contain)
+SPEC_CASES = [
+    (["DFLASH"], FIVE_D, True, (), ()),
+    (["dflash", "--speculative-eagle-topk", "4"], FIVE_D, True, (), ()),  # SGLang runs DFLASH with topk 1
+    (["EAGLE", "--speculative-eagle-topk", "1"], FIVE_D, True, (), ()),
+    (["EAGLE3", "--speculative-eagle-topk", "1"], FIVE_D, True, (), ()),
+    (["NEXTN", "--speculative-eagle-topk", "1"], FIVE_D, True, (), ()),
+    (["EAGLE", "--speculative-eagle-topk", "4"], FIVE_D, False,
+     ("EAGLE", "--speculative-eagle-topk 4", "tree", "custom attention masks", "move_kv_cache"),
+     ("--speculative-eagle-topk 1",)),
+    (["NEXTN", "--speculative-eagle-topk", "2"], FIVE_D, False, ("NEXTN", "--speculative-eagle-topk 2"), ()),
+    (["EAGLE3"], FIVE_D, False, ("EAGLE3", "--speculative-eagle-topk is unset", "4"),
+     ("pass --speculative-eagle-topk 1",)),
+    (["STANDALONE", "--speculative-eagle-topk", "1"], FIVE_D, False, ("STANDALONE", "not built or verified"), ()),
+    (["NGRAM"], FIVE_D, False, ("NGRAM", "custom attention masks"), ()),
+    (["DSPARK"], FIVE_D, False, ("DSPARK", "not built or verified"), ()),
+    (["UNO"], FIVE_D, False, ("UNO", "not built or verified"), ()),
+    (["MY_PLUGIN_ALGO"], FIVE_D, False, ("MY_PLUGIN_ALGO", "does not know"), ()),
+    (["DFLASH"], {**FIVE_D, "SGLANG_KV5D_PATCHES": _without("prefix-valid-write-5d")}, False,
+     ("DFLASH", "prefix-valid-write-5d is not selected", "SGLANG_KV5D_PATCHES"),
+     ("add prefix-valid-write-5d to SGLANG_KV5D_PATCHES",)),
+    (["EAGLE", "--speculative-eagle-topk", "1"],
+     {**FIVE_D, "SGLANG_KV5D_PATCHES": _without("draft-pool-nhd", "target-verify-5d")}, False,
+     ("draft-pool-nhd, target-verify-5d are not selected",), ("draft-pool-nhd, target-verify-5d",)),
+    # EAGLE does not need the DFLASH commit write
+    (["EAGLE", "--speculative-eagle-topk", "1"], {**FIVE_D, "SGLANG_KV5D_PATCHES": _without("prefix-valid-write-5d")},
+     True, (), ()),
+    # nhd: never
+    (["NGRAM"], NHD, True, (), ()),
+    (["EAGLE", "--speculative-eagle-topk", "8"], NHD, True, (), ()),
+]
+
+
+@pytest.fixture(scope="module")
+def spec_batch(_both):
+    return _both[1]
+
+
+@pytest.mark.parametrize("index", range(len(SPEC_CASES)),
+                         ids=[f"{'-'.join(c[0])}-{'allowed' if c[2] else 'refused'}-{i}" for i, c in enumerate(SPEC_CASES)])
+def test_speculative_matrix_through_check(spec_batch, index):
+    algo, env, allowed, words, fix_words = SPEC_CASES[index]
+    result = spec_batch[index]
+    assert result["code"] in (0, 1), result
+    found = {f["id"]: f for f in json.loads(result["out"])}
+    assert ("KV5D005" not in found) == allowed, (SPEC_CASES[index], result)
+    if not allowed:
+        f = found["KV5D005"]
+        assert f["severity"] == "error" and result["code"] == 1
+        assert f"--speculative-algorithm {algo[0]}" in f["message"], f
+        for w in words:
+            assert w in f["message"], (w, f)
+        for w in fix_words:
+            assert w in f["fix"], (w, f)
+
+
+def test_speculative_support_cells():
+    ok = rules.speculative_support
+    every = None  # every patch selected
+    assert ok("DFLASH", None, "0.5.23", every).allowed
+    assert ok("dflash", 7, "0.5.23", every).allowed  # SGLang forces topk 1 for DFLASH
+    for algo in ("EAGLE", "EAGLE3", "NEXTN", "eagle"):
+        assert ok(algo, 1, "0.5.23", every).allowed, algo
+        assert ok(algo, "1", "0.5.23", every).allowed, algo  # a mapping may carry text
+        s = ok(algo, 3, "0.5.23", every)
+        assert not s.allowed and "--speculative-eagle-topk 3" in s.reason and "move_kv_cache" in s.reason
+        s = ok(algo, None, "0.5.23", every)
+        assert not s.allowed and "unset" in s.reason and "pass --speculative-eagle-topk 1" in s.fix
+        for bad in (0, "x", True):
+            assert not ok(algo, bad, "0.5.23", every).allowed, (algo, bad)
+    for algo in ("STANDALONE", "NGRAM", "DSPARK", "UNO", "FROZEN_KV_MTP", "whatever", ""):
+        s = ok(algo, 1, "0.5.23", every)
+        assert not s.allowed and s.reason and "nhd" in s.fix, algo
+    assert "custom attention masks" in ok("NGRAM", 1, "0.5.23", every).reason
+    # allowed cells are exactly DFLASH and the topk-1 chains, and say what serves them
+    assert ok("DFLASH", None, "0.5.23", every).reason.startswith("DFLASH drafts into an NHD pool")
+    assert ok("EAGLE3", 1, "0.5.23", every).fix == ""
+
+
+def test_speculative_support_version():
+    ok = rules.speculative_support
+    for v in ("0.5.16", "0.5.22", "0.5.13.post1"):
+        for algo, topk in (("DFLASH", None), ("EAGLE", 1)):
+            s = ok(algo, topk, v, None)
+            assert not s.allowed and f"SGLang {v} is older than 0.5.23" in s.reason, s
+            assert "upgrade SGLang to 0.5.23 or use nhd" in s.fix, s
+    assert ok("DFLASH", None, "0.5.23.post1", None).allowed
+    assert ok("DFLASH", None, "0.5.24", None).allowed  # KV5D010 judges untested releases
+    for v in (None, "", "not-a-version"):
+        s = ok("DFLASH", None, v, None)
+        assert not s.allowed and "0.5.23" in s.reason and "install SGLang 0.5.23" in s.fix, (v, s)
+
+
+def test_speculative_support_patches():
+    ok = rules.speculative_support
+    needed = ("draft-pool-nhd", "target-verify-5d", "prefix-valid-write-5d")
+    assert ok("DFLASH", None, "0.5.23", set(needed)).allowed
+    for missing in needed:
+        s = ok("DFLASH", None, "0.5.23", set(needed) - {missing}, known_patches=set(needed))
+        assert not s.allowed and f"{missing} is not selected" in s.reason, s
+        assert f"add {missing} to SGLANG_KV5D_PATCHES" in s.fix and "or use nhd" in s.fix, s
+    assert ok("EAGLE", 1, "0.5.23", {"draft-pool-nhd", "target-verify-5d"}).allowed
+    s = ok("EAGLE", 1, "0.5.23", {"target-verify-5d"})
+    assert not s.allowed and "draft-pool-nhd is not selected" in s.reason
+    # a patch this sglang-kv5d does not have is named as missing, not as deselected
+    s = ok("DFLASH", None, "0.5.23", {"draft-pool-nhd"}, known_patches={"draft-pool-nhd"})
+    assert "has no target-verify-5d, prefix-valid-write-5d" in s.reason and "not selected" not in s.reason, s
+    # every reason at once: version, patch and topk
+    s = ok("EAGLE", 4, "0.5.16", {"draft-pool-nhd"}, known_patches=needed)
+    assert all(w in s.reason for w in ("0.5.16", "target-verify-5d", "--speculative-eagle-topk 4")), s
+
+
+def test_speculative_matrix_is_what_the_docs_show():
+    text = rules.explain("KV5D005")
+    matrix = rules.speculative.support_matrix()
+    assert {shown for shown, topk, s in matrix if s.allowed} == {"DFLASH", "EAGLE", "EAGLE3", "NEXTN"}
+    for shown, topk, s in matrix:
+        assert f"| {shown} | {topk} | {'allowed' if s.allowed else 'refused'} |" in text, shown
+        assert s.reason in text, shown
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        assert rules.speculative.render_support_table() in fh.read()
+    assert "arg_groups/speculative_hook.py" in text  # where SGLang's own topk defaulting was read
+
+
+def test_context_selected_patches():
+    ctx = rules.make_context({}, {}, "0.5.23", "rocm", known_patches=["a", "b"])
+    assert ctx.selected_patches() == {"a", "b"}
+    ctx = rules.make_context({"SGLANG_KV5D_PATCHES": "b, c"}, {}, "0.5.23", "rocm", known_patches=["a", "b"])
+    assert ctx.selected_patches() == {"b", "c"}
+    assert rules.make_context({}, {}, "0.5.23", "rocm").selected_patches() is None
+
+
+# ---------------------------------------------------------------------------
 # Real subprocesses
 
 
@@ -147,7 +302,7 @@ def test_many_rules_fire_in_one_real_check_subprocess():
            "SGLANG_ROCM_USE_AITER_LINEAR_SHUFFLE": "1"}
     args = ["check", "--kv5d-json", "--kv5d-platform", "cpu", *MODEL, "--attention-backend", "triton",
             "--kv-cache-dtype", "fp8_e4m3", "--page-size", "24", "--enable-unified-memory",
-            "--speculative-algorithm", "DFLASH", "--enable-lmcache"]
+            "--speculative-algorithm", "NGRAM", "--enable-lmcache"]
     p = run_cli(args, env)
     assert p.returncode == 1, p
     ids = {f["id"] for f in json.loads(p.stdout)}
@@ -195,7 +350,7 @@ def _fake_sglang_version(tmp: str, version: str) -> str:
 @pytest.fixture(scope="module")
 def fake_versions():
     with tempfile.TemporaryDirectory() as tmp:
-        yield {v: _fake_sglang_version(tmp, v) for v in ("0.5.12", "0.5.14", "0.5.99")}
+        yield {v: _fake_sglang_version(tmp, v) for v in ("0.5.12", "0.5.14", "0.5.16", "0.5.99")}
 
 
 @pytest.mark.slow
@@ -225,6 +380,16 @@ def test_kv5d010_best_effort_hybrid_needs_disable_radix_cache(fake_versions, tmp
     assert "KV5D010" in ids and p.returncode == 1, p
     p = run_cli(args + ["--disable-radix-cache"], FIVE_D, pythonpath=fake_versions["0.5.14"])
     assert "KV5D010" not in {f["id"] for f in json.loads(p.stdout)}, p
+
+
+@pytest.mark.slow
+def test_kv5d005_speculative_needs_sglang_0_5_23(fake_versions):
+    """DFLASH under 5D on a supported SGLang older than the one whose speculative paths are tested."""
+    p = run_cli(SPEC + ["DFLASH"], FIVE_D, pythonpath=fake_versions["0.5.16"])
+    found = {f["id"]: f for f in json.loads(p.stdout)}
+    assert p.returncode == 1 and "KV5D005" in found and "KV5D010" not in found, p
+    assert "SGLang 0.5.16 is older than 0.5.23" in found["KV5D005"]["message"]
+    assert "upgrade SGLang to 0.5.23 or use nhd" in found["KV5D005"]["fix"]
 
 
 @pytest.mark.slow

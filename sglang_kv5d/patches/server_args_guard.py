@@ -14,10 +14,11 @@ from __future__ import annotations
 import importlib
 import sys
 
+from .. import surface
 from . import Binding, Patch
 
-_RESOLUTION_HOOKS = "sglang.srt.arg_groups.resolution_hooks"
-_HOOK_STEP = "handle_other_validations"
+_REGISTER = "resolution_hooks.register_resolution_hook"  # surface rows this patch reads
+_REGISTRY = "resolution_hooks._HOOKS"  # private: the only way to take the hook out again
 
 
 def _make(original):
@@ -40,20 +41,23 @@ def _resolution_hook(server_args, previous):
 
 def _register_resolution_hook():
     """0.5.20+: add the guard to the resolution pipeline; returns the undo."""
-    hooks = sys.modules.get(_RESOLUTION_HOOKS)
+    module, (register_name,) = surface.split_target(surface.SURFACES[_REGISTER].targets[0])
+    _, (registry_name,) = surface.split_target(surface.SURFACES[_REGISTRY].targets[0])
+    hooks = sys.modules.get(module)
     if hooks is None:
         try:  # a small module of SGLang's (0.5.20+); not imported by server_args itself
-            hooks = importlib.import_module(_RESOLUTION_HOOKS)
+            hooks = importlib.import_module(module)
         except ImportError:
             return None  # older SGLang: check_server_args alone
-    if not hasattr(hooks, "register_resolution_hook"):
+    register = getattr(hooks, register_name, None)
+    if not callable(register):
         return None
-    hooks.register_resolution_hook(_HOOK_STEP)(_resolution_hook)
-    registry = getattr(hooks, "_HOOKS", None)
+    register(surface.RESOLUTION_HOOK_STEP)(_resolution_hook)
+    registry = getattr(hooks, registry_name, None)
 
     def undo():
         if isinstance(registry, dict):
-            chain = registry.get(_HOOK_STEP, [])
+            chain = registry.get(surface.RESOLUTION_HOOK_STEP, [])
             while _resolution_hook in chain:
                 chain.remove(_resolution_hook)
 
@@ -65,4 +69,22 @@ PATCH = Patch(
     summary="Run the launch rules (KV5D001..KV5D012) inside SGLang's server-args validation.",
     bindings=(Binding("server_args.ServerArgs.check_server_args", _make),),
     after_install=_register_resolution_hook,
+    problem=(
+        "nothing refuses incompatible launches (unified memory, speculative decoding, HiCache/LMCache, HND, "
+        f"page size, non-aiter backends, missing `{surface.ENV_USE_AITER}`); `sglang-kv5d launch` / `check` refuse "
+        "them before the exec, this patch inside SGLang"
+    ),
+    why=(
+        "SGLang has no compatibility checks for the 5D layout: unified memory, speculative decoding, "
+        f"HiCache/LMCache, {surface.ENV_USE_HND_KVCACHE}, a page size X does not divide, or a non-aiter backend all "
+        "start and then fail or answer wrongly. `sglang-kv5d launch` checks them before exec; this patch "
+        "runs the same rules inside SGLang (after check_server_args, and as a handle_other_validations "
+        "resolution hook on 0.5.20+) so plain launch_server and sgl.Engine scripts get them. It only reads "
+        "ServerArgs, never assigns to it."
+    ),
+    upstream="SGLang validates none of these combinations in any release",
+    removal="when SGLang validates the 5D layout's incompatibilities itself",
+    sglang="0.5.13.post1 .. 0.5.23 (resolution hook from 0.5.20)",
+    reads=("resolution_hooks.register_resolution_hook", "resolution_hooks._HOOKS", "arg_groups.resolving_view"),
+    core=("sglang_kv5d.rules",),
 )

@@ -1,0 +1,109 @@
+"""Inside SGLang: the server-args guard.
+
+:func:`guard_server_args` runs the rules on a ``ServerArgs``; the
+``server-args-guard`` patch calls it from ``ServerArgs.check_server_args`` and
+(0.5.20+) a resolution hook, so ``python -m sglang.launch_server`` and
+``sgl.Engine(...)`` scripts get the same findings as ``sglang-kv5d check``.
+The SGLang object it reads (``resolving_view``) is a row of the surface table.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from typing import Any, Mapping, Optional, Sequence, Tuple
+
+from .. import platform as _platform
+from .. import surface as _surface
+from .context import make_context
+from .registry import WARNING, Finding, errors, evaluate
+from .scan import sglang_env_names
+
+logger = logging.getLogger("sglang_kv5d.rules")
+
+# SGLang's read view of resolved ServerArgs values (0.5.19+); its row lists where it lives.
+RESOLVING_VIEW = "arg_groups.resolving_view"
+
+
+class Kv5dConfigError(ValueError):
+    """One or more KV5D rules failed for a ServerArgs; lists every error finding."""
+
+    def __init__(self, findings: Sequence[Finding]):
+        self.findings = list(findings)
+        lines = [f"sglang-kv5d: {len(self.findings)} launch rule(s) failed for this configuration:"]
+        for f in self.findings:
+            lines.append(f"  {f.id}: {f.message}\n    fix: {f.fix}")
+        lines.append("  (sglang-kv5d check --explain KV5Dnnn explains a rule)")
+        super().__init__("\n".join(lines))
+
+
+_WARNED: set = set()
+
+
+def _resolved_view(server_args: Any) -> Any:
+    """SGLang's read view of resolved values (0.5.19+), else the record itself."""
+    for target in _surface.SURFACES[RESOLVING_VIEW].targets:
+        module, path = _surface.split_target(target)
+        m = sys.modules.get(module)
+        if m is None:
+            try:
+                m = importlib.import_module(module)
+            except Exception:
+                continue
+        fn = getattr(m, path[-1], None)
+        if callable(fn):
+            try:
+                return fn(server_args)
+            except Exception:
+                break
+    return server_args
+
+
+def _platform_in_process() -> str:
+    """The platform of this SGLang process: its own torch decides (what runs the kernels)."""
+    return _platform.detect_platform(in_process=True)[0]
+
+
+def guard_server_args(
+    server_args: Any,
+    environ: Mapping[str, str] = os.environ,
+    *,
+    platform: Optional[str] = None,
+    patch_problems: Optional[Sequence[Tuple[str, str]]] = None,
+    sglang_version: Optional[str] = None,
+) -> None:
+    """Run the rules on a ``ServerArgs`` inside SGLang.
+
+    Reads resolved values through ``resolving_view(server_args)`` where SGLang
+    has it (0.5.19+) and raw fields otherwise; never assigns to
+    ``server_args``. Warnings are logged once per process; every error is
+    raised together as one :class:`Kv5dConfigError`.
+
+    ``patch_problems`` defaults to None (KV5D011 silent): inside SGLang the
+    activation itself fails closed on a missing patch.
+    """
+    from ..versions import installed_sglang_version
+
+    view = _resolved_view(server_args)
+    ctx = make_context(
+        env=dict(environ),
+        args=view,
+        sglang_version=sglang_version or installed_sglang_version(),
+        platform=platform or _platform_in_process(),
+        patch_problems=patch_problems,
+        known_env=sglang_env_names(),
+        in_sglang=True,
+    )
+    found = evaluate(ctx)
+    pid = os.getpid()
+    for f in found:
+        if f.severity == WARNING:
+            key = (pid, f.id, f.message)
+            if key not in _WARNED:
+                _WARNED.add(key)
+                logger.warning("sglang-kv5d %s: %s (fix: %s)", f.id, f.message, f.fix)
+    errs = errors(found)
+    if errs:
+        raise Kv5dConfigError(errs)

@@ -1,0 +1,76 @@
+"""Rules on the installed SGLang: its version (KV5D010) and whether the
+patches 5D needs can apply to it (KV5D011)."""
+
+from __future__ import annotations
+
+from .. import config as _config
+from .context import ALLOW_UNTESTED_ENV, Context
+from .registry import ERROR, Rule, rule as _rule
+
+
+@_rule(
+    "KV5D010",
+    ERROR,
+    "SGLang version outside the supported range",
+    """
+    sglang-kv5d supports SGLang 0.5.16 .. 0.5.23, and 0.5.13.post1 ..
+    0.5.15.post1 on a best-effort basis; older releases have no vectorized_5d
+    code to fix, and newer ones are untested (refused unless
+    `SGLANG_KV5D_ALLOW_UNTESTED=1`). On the best-effort releases, ROCm forces
+    the Mamba radix-cache strategy to `no_buffer`, which forces `page_size=1`,
+    which the 5D pool rejects: hybrid models (Qwen3.5, Qwen3-Next) need
+    `--disable-radix-cache` there.
+
+    Fires when the installed SGLang is missing, too old, or newer than the tested
+    range (without the override); or when it is a best-effort release, the model
+    is a linear-attention hybrid (judged from `<model-path>/config.json`, or the
+    name when the path is not local) and the radix cache is on.
+    """,
+    fix='install SGLang 0.5.16 .. 0.5.23; on 0.5.13.post1 .. 0.5.15.post1 with a hybrid model add --disable-radix-cache; SGLANG_KV5D_ALLOW_UNTESTED=1 tries a newer SGLang at your own risk.',
+)
+def _kv5d010(ctx: Context, rule: Rule):
+    from ..versions import BEST_EFFORT, SUPPORTED_RANGE, verdict
+
+    allow = _config.allow_untested(ctx.env)
+    v = verdict(ctx.sglang_version, allow_untested=allow, _probe=False)
+    if not v.allowed:
+        yield rule.finding(
+            v.message,
+            f"install a tested SGLang (pip install 'sglang>={SUPPORTED_RANGE[0]},<=" f"{SUPPORTED_RANGE[1]}')"
+            + ("" if v.kind != "untested" else f", or set {ALLOW_UNTESTED_ENV}=1 to try this one"),
+        )
+        return
+    if v.kind == BEST_EFFORT and ctx.hybrid_model and not ctx.arg("disable_radix_cache", False):
+        yield rule.finding(
+            f"SGLang {v.version} is a best-effort release: with a hybrid (linear-attention) model and the "
+            "radix cache on, ROCm forces page_size=1, which the 5D pool rejects",
+            f"pass --disable-radix-cache, or upgrade SGLang to {SUPPORTED_RANGE[0]} .. {SUPPORTED_RANGE[1]}",
+        )
+
+
+@_rule(
+    "KV5D011",
+    ERROR,
+    "Patches that 5D needs cannot apply",
+    """
+    The 5D fixes are patches applied to SGLang at import time. Each one checks
+    that its targets exist with the expected signatures on the installed
+    SGLang (`sglang-kv5d patches` / `sglang-kv5d doctor` list them). If a
+    patch that 5D needs cannot apply, a 5D launch would either fail at startup
+    (strict mode, the default) or run upstream's wrong code (non-strict).
+
+    Fires when 5D is requested and the probe reports any 5D-required patch that
+    cannot apply; the message names each one with the reason. When no probe is
+    available, `check` says so and this rule stays silent.
+    """,
+    fix='install a supported SGLang release (see KV5D010); `sglang-kv5d doctor` names each patch and why it cannot apply; use the nhd layout until then.',
+)
+def _kv5d011(ctx: Context, rule: Rule):
+    if not ctx.wants_5d or not ctx.patch_problems:
+        return
+    listing = "; ".join(f"{name}: {reason}" for name, reason in ctx.patch_problems)
+    yield rule.finding(
+        f"patches that vectorized_5d needs cannot apply on this SGLang ({listing})",
+        "install a supported SGLang release (see KV5D010), or run `sglang-kv5d doctor` for details; "
+        "use the nhd layout until then",
+    )
