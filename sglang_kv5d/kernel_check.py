@@ -79,6 +79,8 @@ import threading
 import time
 from typing import Any, Dict, Hashable, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
+from .platform import interpreting
+
 logger = logging.getLogger("sglang_kv5d")
 
 FP8_WRITE = "write_kv_fp8"
@@ -140,10 +142,6 @@ class CheckResult(NamedTuple):
 def _dname(dtype) -> str:
     s = str(dtype)
     return s[6:] if s.startswith("torch.") else s
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def triton_version() -> str:

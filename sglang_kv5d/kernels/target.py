@@ -80,9 +80,14 @@ def known_target(name: str) -> KernelTarget:
     return _KNOWN[key]
 
 
+# Triton reads TRITON_INTERPRET as a boolean (knobs.env_bool): these words, any case.
+_TRUE_WORDS = ("1", "true", "on", "yes", "y")
+
+
 def interpreting() -> bool:
-    """Is Triton's CPU interpreter on (``TRITON_INTERPRET`` set and not 0)?"""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """Is Triton's CPU interpreter on? ``TRITON_INTERPRET`` read the way Triton
+    reads it (1, true, on, yes or y, in any case), so the host code and Triton agree."""
+    return os.environ.get("TRITON_INTERPRET", "").lower() in _TRUE_WORDS
 
 
 def target_of(device) -> KernelTarget:
