@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from sglang_kv5d import activation
+from sglang_kv5d.activation import install, lifecycle
 from sglang_kv5d.patches import Binding, Patch
 from sglang_kv5d.state import APPLIED, FAILED, PENDING
 from sglang_kv5d.surface import PROCESS_TARGET_NAMES, REPLACE, SURFACES, WRAP, Surface, split_target
@@ -33,24 +33,24 @@ def fake_module():
 
 
 def _record(surface_id, target, action=REPLACE, params=(("a", "b"),), make=None):
-    eng = activation._Engine()
+    eng = lifecycle.Engine()
     eng.surfaces[surface_id] = Surface(id=surface_id, targets=(target,), action=action, params=params,
                                        why="t", upstream="t", removal="t")
     patch = Patch(name="unit", summary="t",
                   bindings=(Binding(surface_id, make or (lambda orig: (lambda a, b: orig(a, b) + 1))),))
-    return eng, activation._Record(patch, PENDING, "")
+    return eng, lifecycle.Record(patch, PENDING, "")
 
 
 def test_refuses_to_wrap_a_process_target(fake_module):
     eng, rec = _record("unit.proc", "kv5d_fake_target:run_scheduler_process")
-    activation._try_apply(eng, rec)
+    lifecycle.try_apply(eng, rec)
     assert rec.state == FAILED and "process target" in rec.reason
     assert fake_module.run_scheduler_process(1, 2) == 3  # untouched
 
 
 def test_signature_mismatch_names_expected_and_found(fake_module):
     eng, rec = _record("unit.sig", "kv5d_fake_target:helper", params=(("x", "y"),))
-    activation._try_apply(eng, rec)
+    lifecycle.try_apply(eng, rec)
     assert rec.state == FAILED and "expected (x, y, ...)" in rec.reason and "found (a, b)" in rec.reason
 
 
@@ -60,7 +60,7 @@ def test_failed_build_leaves_nothing_installed(fake_module):
 
     eng, rec = _record("unit.boom", "kv5d_fake_target:helper", make=boom)
     original = fake_module.helper
-    activation._try_apply(eng, rec)
+    lifecycle.try_apply(eng, rec)
     assert rec.state == FAILED and "no kernel" in rec.reason
     assert fake_module.helper is original
 
@@ -68,19 +68,19 @@ def test_failed_build_leaves_nothing_installed(fake_module):
 def test_apply_then_restore_exact_object(fake_module):
     eng, rec = _record("unit.ok", "kv5d_fake_target:helper")
     original = fake_module.helper
-    activation._try_apply(eng, rec)
+    lifecycle.try_apply(eng, rec)
     assert rec.state == APPLIED and fake_module.helper(2, 3) == 7
     for inst in rec.installed:
-        assert activation._restore(inst) is None
+        assert install.restore(inst) is None
     assert fake_module.helper is original
 
 
 def test_wrap_action_uses_a_marked_wrapper(fake_module):
     eng, rec = _record("unit.wrap", "kv5d_fake_target:helper", action=WRAP,
                        make=lambda orig: (lambda wrapped, inst, args, kwargs: wrapped(*args, **kwargs) * 10))
-    activation._try_apply(eng, rec)
+    lifecycle.try_apply(eng, rec)
     assert rec.state == APPLIED and fake_module.helper(2, 3) == 60
-    assert activation.patch_marker(fake_module.helper) == "unit"
+    assert install.patch_marker(fake_module.helper) == "unit"
 
 
 def test_no_table_target_is_a_process_target():
