@@ -141,5 +141,30 @@ PATCH = Patch(
     name="prefix-valid-write-5d",
     summary="DFLASH/DSPARK prefix-valid KV commits into SHUFFLE 5D pools: the committed rows, 5D-addressed.",
     bindings=(Binding("memory_pool.MHATokenToKVPool.set_kv_buffer_prefix_valid", _make),),
+    # Not required for 5D: releases before 0.5.16 have no such method (their
+    # DFLASH commits through set_kv_buffer); the launch rules require it
+    # where they allow DFLASH under 5D.
     required_for_5d=False,
+    problem=(
+        "DFLASH/DSPARK's `set_kv_buffer_prefix_valid` addresses a SHUFFLE 5D buffer as if a slot were a row: "
+        "the committed draft tokens land whole pages away (mostly past the buffer's end) and their slots are "
+        "never written"
+    ),
+    why=(
+        "DFLASH and DSPARK commit the accepted tokens of a draft block with "
+        "MHATokenToKVPool.set_kv_buffer_prefix_valid(layer, loc_2d, commit_lens, k, v): row b writes its first "
+        "commit_lens[b] slots of loc_2d[b]. On CUDA and HIP its Triton kernels copy each row of row_dim elements "
+        "to buffer + loc * buffer.stride(0). Under vectorized_5d stride(0) is a whole page, so the bytes land loc "
+        "pages into the buffer (past its end for most slots) and the slot itself is never written. For a pool "
+        "whose buffers are SHUFFLE 5D the wrapper writes the committed rows with the bytes set_kv_buffer writes "
+        "for them: an fp8 pool served by fp8-kv-write with a float input and scalar scales in one launch of the "
+        "fused FP8 write (rows not committed get slot -1, which it skips; no host sync); anything else by "
+        "selecting the committed rows and calling set_kv_buffer, SGLang's own 5D writer. Pools that are not 5D "
+        "reach the original unchanged. Not required for 5D: SGLang releases before 0.5.16 have no such method "
+        "(their DFLASH commits through set_kv_buffer)."
+    ),
+    upstream="unfixed in every release from 0.5.16 to 0.5.23",
+    removal="when set_kv_buffer_prefix_valid addresses SHUFFLE 5D buffers by (block, slot)",
+    sglang="0.5.16 .. 0.5.23",
+    core=("sglang_kv5d.prefix_valid", "sglang_kv5d.kernels.fp8_write"),
 )
