@@ -74,38 +74,30 @@ def doctor(as_json: bool, no_spawn: bool, kernels_for: Optional[str]) -> None:
 def patches(as_json: bool) -> None:
     """List each patch: what it changes, why, when to remove it, and its state here.
 
-    The state comes from probing the installed SGLang (targets resolve,
-    parameters match) and from SGLANG_KV5D_PATCHES; nothing is patched.
-    Exits 1 when a 5D-required patch cannot apply.
+    The state is the one activation would reach here: the SGLang version
+    verdict and SGLANG_KV5D_PATCHES, then a probe of the installed SGLang
+    (targets resolve, parameters match, replacements build); nothing is
+    patched. Exits 1 when a 5D-required or internal patch cannot apply.
     """
     from .. import config
     from .. import versions as _versions
     from ..activation import probe_patches
-    from ..manifests import load_manifests
+    from ..manifests import manifest_data
+    from ..patches import BUILTIN_PATCH_MODULES
+    from ..state import APPLIED, FAILED, SKIPPED
 
-    manifests = load_manifests()
-    probes = {p.name: p for p in probe_patches(import_modules=True)}
     verdict = _versions.verdict(allow_untested=config.allow_untested())
-    selected = config.selected_patches()
     rows = []
     broken = False
-    for name, m in manifests.items():
-        p = probes.get(name)
-        if p is None:
-            state, reason = "unknown", "no such patch in this sglang-kv5d"
-        elif not p.ok:
-            state, reason = "failed", p.reason
-        elif not verdict.allowed and not m["internal"]:
-            state, reason = "skipped", verdict.message
-        elif selected is not None and not m["internal"] and name not in selected:
-            state, reason = "disabled", f"not in {config.PATCHES}"
-        else:
-            state, reason = "ready", p.reason
-        broken |= state in ("failed", "skipped") and (m["required_for_5d"] or m["internal"])
-        rows.append({"name": name, "state": state, "reason": reason, "required_for_5d": m["required_for_5d"],
-                     "internal": m["internal"], "summary": m["summary"], "surfaces": m["surfaces"],
-                     "targets": p.targets if p else [], "upstream": m["upstream"], "removal": m["removal"],
-                     "why": " ".join(m["why"].split())})
+    for p in probe_patches(import_modules=True):
+        module = BUILTIN_PATCH_MODULES.get(p.name, "").partition(":")[0] or None
+        m = manifest_data(p.patch, module) if p.patch is not None else {
+            "summary": "(failed to load)", "surfaces": [], "upstream": "", "removal": "", "why": ""}
+        state = "ready" if p.state == APPLIED else p.state  # APPLIED from a probe means "would apply"
+        broken |= p.state in (FAILED, SKIPPED) and (p.required_for_5d or p.internal)
+        rows.append({"name": p.name, "state": state, "reason": p.state_reason, "required_for_5d": p.required_for_5d,
+                     "internal": p.internal, "summary": m["summary"], "surfaces": m["surfaces"],
+                     "targets": p.targets, "upstream": m["upstream"], "removal": m["removal"], "why": m["why"]})
     if as_json:
         click.echo(json.dumps({"sglang": verdict.version, "verdict": verdict.kind, "patches": rows}, indent=2))
     else:
@@ -117,7 +109,7 @@ def patches(as_json: bool) -> None:
             click.echo(f"  state:   {r['reason']}")
             click.echo(f"  targets: {', '.join(r['targets'] or r['surfaces'])}")
             click.echo(f"  why:     {r['why']}")
-            click.echo(f"  upstream: {r['upstream']}; remove {r['removal']}")
+            click.echo(f"  upstream: {r['upstream'] or 'not given'}; remove {r['removal'] or 'when: not given'}")
             click.echo("")
     sys.exit(1 if broken else 0)
 

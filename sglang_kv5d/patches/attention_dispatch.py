@@ -38,4 +38,29 @@ PATCH = Patch(
         Binding("aiter_utils.forward_decode_vectorized_5d", _replacement("forward_decode_vectorized_5d")),
     ),
     required_for_5d=True,
+    problem=(
+        "the 5D extend path resolves sub-pools only through `layers_mapping` (crashes on hybrid pools) and "
+        "skips the layer-transfer wait; decode never passes `query_scale` and calls `pa_decode_gluon` "
+        "positionally (breaks on aiter v0.1.10 .. v0.1.13); no way out when aiter has no kernel (no page-64 "
+        "batch-prefill kernel exists)"
+    ),
+    why=(
+        "Upstream forward_extend_vectorized_5d resolves sub-pools only through layers_mapping (SWA) and "
+        "raises on a HybridLinearKVPool; it reads raw buffers without _wait_for_layer, which layer-wise "
+        "HiCache/LMCache loading relies on. forward_decode_vectorized_5d never passes query_scale and calls "
+        "pa_decode_gluon in a form that raises on aiter v0.1.10 .. v0.1.13. Neither has a way out when aiter "
+        "has no kernel (there is no page-64 batch-prefill kernel). The replacements keep the upstream "
+        "parameters, are rebound in aiter_backend (which from-imports both), resolve the layer's buffers "
+        "through any composite pool after waiting for the layer, and run aiter (every argument by keyword) "
+        "or the portable Triton path (SGLANG_KV5D_ATTN_IMPL, automatic fallback on \"no matching kernel\")."
+    ),
+    upstream="unfixed in every release from 0.5.13.post1 to 0.5.23",
+    removal="when upstream resolves composite pools, waits for the layer and calls aiter by keyword with query_scale",
+    reads=(
+        "kernels.launch_gather_shuffle_5d_to_linear",
+        "kernels.fp8_dtype",
+        "memory_pool.HybridLinearKVPool._wait_for_layer",
+        "swa_memory_pool.SWAKVPool",
+    ),
+    core=("sglang_kv5d.attention", "sglang_kv5d.kernels.attention_5d"),
 )

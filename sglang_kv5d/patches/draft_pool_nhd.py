@@ -72,4 +72,21 @@ PATCH = Patch(
         Binding(_POOL_INIT, _label, check_signature=False),
     ),
     applies=_applies,
+    problem=(
+        "speculative draft pools are built 5D too under the process-wide layout variable, and the draft "
+        "attention paths (triton on ROCm, AITER's draft paths) cannot read a 5D cache"
+    ),
+    why=(
+        "DFLASH and EAGLE/NEXTN drafts get their own KV pool, built without a layout argument, so under "
+        "SGLANG_AITER_KV_CACHE_LAYOUT=vectorized_5d (process-wide) the draft pool and the inner pools of a "
+        "hybrid or SWA draft pool are 5D too. DFLASH's draft backend is triton on ROCm, whose kernels raise "
+        "\"unexpected KV buffer ndim=5\"; the AITER draft paths view the cache as NHD. The patch runs a draft "
+        "worker's KVCacheConfigurator.configure in a draft scope and passes kv_cache_layout=\"nhd\" to every "
+        "MHATokenToKVPool built there without an explicit label (an explicit label wins). The target's pools "
+        "stay 5D, and the pool layout detection answers per runner from the physical buffers."
+    ),
+    upstream="unfixed in every release from 0.5.16 to 0.5.23",
+    removal="when draft pools take their layout from the draft attention backend",
+    sglang="0.5.16 .. 0.5.23",
+    core=("sglang_kv5d.speculative.draft_scope",),
 )

@@ -86,6 +86,18 @@ POOL_GUARD = Patch(
         Binding("memory_pool.MHATokenToKVPool.__init__", _guard("a KV pool", _check_pool), check_signature=False),
     ),
     internal=True,
+    why=(
+        "SGLang logs and swallows plugin exceptions, so a patch that cannot apply would leave a server "
+        "running with silently wrong 5D attention. When SGLANG_AITER_KV_CACHE_LAYOUT=vectorized_5d and a "
+        "5D-required patch is failed, skipped or disabled, building an MHA pool raises an error naming the "
+        "patch, the reason and the fix (a warning with SGLANG_KV5D_STRICT=0). After the constructor, a 5D "
+        "pool's fused FP8 write is compiled and run on scratch tensors for its shapes "
+        "(sglang_kv5d.kernel_check), so a kernel that cannot compile is logged with its fallback at "
+        "startup, not at the first request."
+    ),
+    upstream="n/a (overlay policy)",
+    removal="never, while the overlay patches correctness",
+    sglang="0.5.13.post1 .. 0.5.23 (also installed on refused versions, to refuse)",
 )
 
 BACKEND_GUARD = Patch(
@@ -95,4 +107,13 @@ BACKEND_GUARD = Patch(
         Binding("aiter_backend.init", _guard("the AITER attention backend", _check_backend), check_signature=False),
     ),
     internal=True,
+    why=(
+        "The same guard at AiterAttnBackend.__init__, by which time every 5D patch's module is imported and "
+        "its state is final. After the constructor it checks the FP8 write in the model's dtype and, where "
+        "they are the main 5D attention path, the portable attention kernels; with neither aiter nor a "
+        "working portable kernel the backend refuses to start (Kv5dNotReadyError)."
+    ),
+    upstream="n/a (overlay policy)",
+    removal="never, while the overlay patches correctness",
+    sglang="0.5.13.post1 .. 0.5.23 (also installed on refused versions, to refuse)",
 )

@@ -181,4 +181,28 @@ PATCH = Patch(
     summary="Fused, out-of-place, saturating FP8 KV write for NHD and SHUFFLE 5D pools (one kernel).",
     bindings=(Binding("memory_pool.MHATokenToKVPool.set_kv_buffer", _make),),
     required_for_5d=True,
+    problem=(
+        "the FP8 KV write divides the caller's `k`/`v` **in place** (corrupting the fresh-prompt extend that "
+        "attends over them next), turns out-of-range values into NaN on e4m3fnuz, and takes 3-5 kernels"
+    ),
+    why=(
+        "MHATokenToKVPool.set_kv_buffer writes an FP8 cache with 3 to 5 kernels: cache_k.div_(k_scale) IN "
+        "PLACE on the caller's tensor, .to(fp8), a view, a scatter. The in-place divide corrupts the "
+        "fresh-prompt extend path, which attends over the same k/v right after the write, whenever k_scale "
+        "!= 1; on gfx942 (float8_e4m3fnuz) an out-of-range value becomes NaN. The wrapper sends eligible "
+        "calls (fp8 pool, other input dtype, NHD or 5D buffers, scalar scales, no dcp_kv_mask, not an "
+        "FP4/quantized-recipe pool) to one Triton kernel that scales in fp32, saturates, rounds once and "
+        "writes K and V without touching its inputs; every other call reaches the original unchanged. A "
+        "failure of the kernel itself (Triton compile or resource error, driver error at launch) also goes "
+        "to the original, with one warning per configuration, and that configuration is not tried again "
+        "(sglang_kv5d.kernel_check)."
+    ),
+    upstream="unfixed in every release from 0.5.13.post1 to 0.5.23",
+    removal="when upstream quantizes out of place, saturating, in one kernel for both layouts",
+    reads=(
+        "kernels.launch_reshape_and_cache_shuffle_5d",
+        "memory_pool.unwrap_write_loc",
+        "memory_pool.KVCache._check_physical_write_loc",
+    ),
+    core=("sglang_kv5d.kernels.fp8_write",),
 )

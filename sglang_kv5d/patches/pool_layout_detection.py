@@ -47,4 +47,21 @@ PATCH = Patch(
     summary="AiterAttnBackend recognises SHUFFLE 5D KV pools inside HybridLinearKVPool, SWA and nested pools.",
     bindings=(Binding("aiter_backend.init", _make),),
     required_for_5d=True,
+    problem=(
+        "`AiterAttnBackend` only recognises 5D inside `SWAKVPool`: a `HybridLinearKVPool` (Qwen3.5) with 5D "
+        "buffers is treated as NHD, so NHD kernels `.view()` 5D memory and attention is silently wrong"
+    ),
+    why=(
+        "AiterAttnBackend.__init__ decides whether the KV pool is 5D with a closure that only looks inside "
+        "SWAKVPool. Qwen3.5's HybridLinearKVPool holds an inner MHATokenToKVPool with real 5D buffers but "
+        "has no kv_cache_layout attribute, so the backend reports NHD, runs NHD kernels and .view()s over 5D "
+        "memory: the views succeed and attention is silently wrong. After __init__ this patch recomputes "
+        "kv_cache_is_vectorized_5d from the physical buffers (a pool labelled 5D whose buffers are 4-D/3-D "
+        "unified-memory views does not count), then decode_uses_page_table (0.5.23) or "
+        "use_triton_unified_attention (older, with _use_unified_verify kept off)."
+    ),
+    upstream="unfixed in every release from 0.5.13.post1 to 0.5.23",
+    removal="when AiterAttnBackend detects 5D through composite pools itself",
+    reads=("swa_memory_pool.SWAKVPool",),
+    core=("sglang_kv5d.pools",),
 )

@@ -99,4 +99,25 @@ PATCH = Patch(
         Binding("aiter_backend.init", _after_init, check_signature=False),
         Binding("aiter_backend.forward_extend", _verify),
     ),
+    problem=(
+        "speculative target verify views a 5D cache as NHD in `unified_attention` (silently wrong attention) "
+        "or raises in the triton `extend_attention_fwd`"
+    ),
+    why=(
+        "AiterAttnBackend.forward_extend handles TARGET_VERIFY before its 5D dispatch: unified_attention "
+        "over k_cache.view(-1, page, H, D), a 5D buffer viewed as NHD (silently wrong attention), or the "
+        "triton extend_attention_fwd (which raises on 5-D buffers). For a 5D, non-MLA backend with topk 1 "
+        "the patch turns on SGLang's own unified-verify metadata after __init__ (a fixed-width 2-D page "
+        "table over prefix and drafts, built eagerly and for CUDA-graph capture and replay), and in "
+        "forward_extend writes the drafts with the pool's 5D write and runs the overlay's causal extend "
+        "kernel over that table with device-side lengths: no host reads, so the step captures and replays. "
+        "Other modes, MLA, topk > 1 and NHD backends reach the original unchanged. The page-table flag it "
+        "relies on (decode_uses_page_table) exists from 0.5.23; on older releases the backend hook leaves "
+        "verify alone and rule KV5D005 refuses speculative decoding."
+    ),
+    upstream="unfixed in every release from 0.5.13.post1 to 0.5.23",
+    removal="when AiterAttnBackend's target_verify branch dispatches 5D caches to a 5D kernel",
+    sglang="0.5.23",
+    reads=("memory_pool.KVWriteLoc.for_layer",),
+    core=("sglang_kv5d.speculative.verify",),
 )
