@@ -182,15 +182,17 @@ def fused_launches(monkeypatch):
 
 
 # Ragged lengths, a row crossing a page boundary (14..21), scattered slots, a
-# row committing nothing, a length past the row width.
+# row committing nothing, entries past a row's length that are no slot at all
+# (never read), a length past the row width.
 LOC = torch.tensor([
     [14, 15, 16, 17, 18, 19, 20, 21],
-    [33, 34, 35, 36, 37, 38, 39, 40],
+    [33, 34, 35, 10**9, -7, 38, 39, 40],
     [70, 2, 79, 48, 49, 50, 51, 52],
     [60, 61, 62, 63, 64, 65, 66, 67],
 ])
 LENS = torch.tensor([8, 3, 4, 0])
 COMMITTED = [(b, j) for b in range(LOC.shape[0]) for j in range(LOC.shape[1]) if j < int(LENS[b])]
+MAX_SLOT = max(int(LOC[b, j]) for b, j in COMMITTED)
 
 
 # --------------------------------------------------------------------------- #
@@ -201,7 +203,7 @@ COMMITTED = [(b, j) for b in range(LOC.shape[0]) for j in range(LOC.shape[1]) if
 def test_upstream_tiled_path_writes_pages_apart_out_of_bounds(monkeypatch):
     kernel_check.reset()
     block_bytes = H * D * PAGE * 2  # bf16 5D: stride(0) is a whole page (all heads)
-    g = _pool("vectorized_5d", torch.bfloat16, monkeypatch, guard_bytes=(int(LOC.max()) + 1) * block_bytes)
+    g = _pool("vectorized_5d", torch.bfloat16, monkeypatch, guard_bytes=(MAX_SLOT + 1) * block_bytes)
     pool = g.pool
     assert pool.k_buffer[1].stride(0) * 2 == block_bytes
     k, v = _rows(*LOC.shape, seed=1, scale_hint=1.0)
@@ -336,6 +338,19 @@ def test_bf16_route_is_sglang_own_5d_writer(monkeypatch, overlay):
     k, v = _rows(*LOC.shape, seed=5, scale_hint=1.0)
     _commit(g.pool, 1, LOC, LENS, k, v, None, None, monkeypatch)
     assert len(calls) == 1 and calls[0].tolist() == [int(LOC[b, j]) for b, j in COMMITTED]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16] + FP8_DTYPES[:1], ids=lambda d: str(d)[6:])
+def test_flat_rows_write_what_head_rows_write(monkeypatch, overlay, dtype):
+    """(rows, H * D) inputs, as SGLang's NHD commit accepts them, write the same bytes."""
+    k, v = _rows(*LOC.shape, seed=8, scale_hint=3.0)
+    flat = _pool("vectorized_5d", dtype, monkeypatch, guard_bytes=1 << 12)
+    _commit(flat.pool, 1, LOC, LENS, k.reshape(k.shape[0], -1), v.reshape(v.shape[0], -1), 0.5, 2.0, monkeypatch)
+    heads = _pool("vectorized_5d", dtype, monkeypatch, guard_bytes=1 << 12)
+    _commit(heads.pool, 1, LOC, LENS, k, v, 0.5, 2.0, monkeypatch)
+    for name in ("k_buffer", "v_buffer"):
+        assert torch.equal(flat.bytes(name, 1), heads.bytes(name, 1)), name
+    assert not bool((heads.inside("k_buffer", 1) == POISON).all())
 
 
 def test_bad_shapes_raise_before_writing(monkeypatch, overlay):

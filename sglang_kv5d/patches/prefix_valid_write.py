@@ -81,6 +81,9 @@ def _make(original):
         rows = core.committed_rows(loc_2d, commit_lens)
         if rows.numel() == 0:
             return None
+        if cache_k.dim() == 2:  # (rows, H * D): SGLang's 5D writer takes (rows, H, D)
+            cache_k = cache_k.view(cache_k.shape[0], pool.head_num, -1)
+            cache_v = cache_v.view(cache_v.shape[0], pool.head_num, -1)
         pool.set_kv_buffer(layer, loc_2d.reshape(-1).index_select(0, rows), cache_k.index_select(0, rows),
                            cache_v.index_select(0, rows), k_scale, v_scale, layer_id_override=layer_id)
         return None
