@@ -43,6 +43,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from .surface import attr_name
+
 __all__ = [
     "PoolLayoutError",
     "LayerNotFoundError",
@@ -355,9 +357,12 @@ def describe_layout(pool: Any, _depth: int = 0) -> str:
 # --------------------------------------------------------------------------
 
 
+_WAIT_FOR_LAYER = attr_name("memory_pool.HybridLinearKVPool._wait_for_layer")  # composites' own wait
+
+
 def _wait(pool: Any, layer_id: int) -> None:
     """Layer-wise load wait of a composite, as its own getters do it."""
-    waiter = getattr(pool, "_wait_for_layer", None)
+    waiter = getattr(pool, _WAIT_FOR_LAYER, None)
     if callable(waiter):
         waiter(layer_id)
         return

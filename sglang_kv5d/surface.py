@@ -288,31 +288,6 @@ _ROWS = (
         removal="n/a (benchmark peer, called)",
     ),
     Surface(
-        id="kernels.launch_reshape_and_cache_flash",
-        targets=(
-            "sglang.kernels.ops.kvcache.cache_ops:launch_reshape_and_cache_flash",
-            "sglang.srt.layers.attention.triton_ops.cache_ops:launch_reshape_and_cache_flash",
-        ),
-        action=READ,
-        params=(("key", "value", "key_cache", "value_cache", "slot_mapping"),),
-        why="SGLang's scaled NHD FP8 writer (AiterAttnBackend's NHD path): the NHD peer in `sglang-kv5d bench`.",
-        upstream="moved in 0.5.16",
-        removal="n/a (benchmark peer, called)",
-    ),
-    Surface(
-        id="kernels.decode_attention_fwd",
-        targets=(
-            "sglang.kernels.ops.attention.decode_attention:decode_attention_fwd",
-            "sglang.srt.layers.attention.triton_ops.decode_attention:decode_attention_fwd",
-        ),
-        action=READ,
-        params=(("q", "k_buffer", "v_buffer", "o", "kv_indptr", "kv_indices", "attn_logits", "attn_lse",
-                 "num_kv_splits", "max_kv_splits", "sm_scale", "k_scale", "v_scale"),),
-        why="SGLang's Triton decode attention on an NHD cache: the decode peer in `sglang-kv5d bench`.",
-        upstream="moved in 0.5.16",
-        removal="n/a (benchmark peer, called)",
-    ),
-    Surface(
         id="kernels.fp8_dtype",
         targets=(
             "sglang.kernels.ops.quantization.fp8_kernel:fp8_dtype",
@@ -332,6 +307,56 @@ _ROWS = (
         why="Layer-wise HiCache/LMCache loading: reads through a hybrid pool wait for the layer first.",
         upstream="exists from 0.5.10.post1",
         removal="n/a (called)",
+    ),
+    # The selftest builds these itself (real pools and a real backend).
+    Surface(
+        id="memory_pool.MHATokenToKVPool",
+        targets=(f"{_MEMORY_POOL}:MHATokenToKVPool",),
+        action=READ,
+        params=None,
+        why="The selftest's SWA pool is built of MHA pools (token_to_kv_pool_class).",
+        upstream="stable",
+        removal="n/a (read)",
+    ),
+    Surface(
+        id="memory_pool.HybridLinearKVPool",
+        targets=(f"{_MEMORY_POOL}:HybridLinearKVPool",),
+        action=READ,
+        params=None,
+        why="The selftest's Qwen3.5-like pool (a 5D fp8 MHA pool inside).",
+        upstream="stable",
+        removal="n/a (read)",
+    ),
+    Surface(
+        id="memory_pool.KVWriteLoc",
+        targets=(f"{_MEMORY_POOL}:KVWriteLoc",),
+        action=READ,
+        params=None,
+        why="0.5.16+: the write location set_kv_buffer takes; the selftest builds them.",
+        upstream="exists from 0.5.16",
+        removal="n/a (read)",
+        since="0.5.16",
+    ),
+    Surface(
+        id="memory_pool._use_aiter",
+        targets=(f"{_MEMORY_POOL}:_use_aiter",),
+        action=READ,
+        params=None,
+        why=(
+            "Private flag, SGLANG_USE_AITER and is_hip() read once at import, that picks the aiter pool "
+            "layout. The selftest (its own process, its own pools) sets it, so the 5D pools exist off ROCm."
+        ),
+        upstream="private, exists in every supported release",
+        removal="n/a (selftest only)",
+    ),
+    Surface(
+        id="aiter_backend.AiterAttnBackend",
+        targets=(f"{_AITER_BACKEND}:AiterAttnBackend",),
+        action=READ,
+        params=None,
+        why="The selftest builds a real backend over its pools from a minimal model runner.",
+        upstream="stable",
+        removal="n/a (read)",
     ),
     Surface(
         id="memory_pool.unwrap_write_loc",
@@ -494,3 +519,29 @@ def find_loaded(surface_id: str, modules=None):
         if obj is not None:
             return obj
     return None
+
+
+def import_object(surface_id: str):
+    """Import a row's modules in order and return the first target that resolves.
+
+    For tools that build SGLang objects themselves (the selftest); patches are
+    installed by the activation engine instead. Raises LookupError naming every
+    target tried."""
+    import importlib
+
+    tried = []
+    for target in SURFACES[surface_id].targets:
+        module, path = split_target(target)
+        try:
+            obj = importlib.import_module(module)
+        except ImportError as exc:
+            tried.append(f"{target} ({exc})")
+            continue
+        for part in path:
+            obj = getattr(obj, part, None)
+            if obj is None:
+                break
+        if obj is not None:
+            return obj
+        tried.append(f"{target} (no such name)")
+    raise LookupError(f"{surface_id}: not found in the installed SGLang; tried {'; '.join(tried)}")
