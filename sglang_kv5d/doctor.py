@@ -24,6 +24,7 @@ from . import config
 from . import platform as _platform
 from . import versions as _versions
 from ._version import __version__
+from .surface import PACKAGE as SGLANG_PACKAGE
 from .surface import PLUGIN_GROUP
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -165,7 +166,7 @@ def check_entry_point(environ=None) -> Check:
         return Check("plugin entry point", WARN,
                      f"discovered ({eps[0].value}) but {config.PLUGINS}={env[config.PLUGINS]} filters it out; "
                      "the .pth bootstrap still activates the overlay",
-                     "add kv5d to SGLANG_PLUGINS")
+                     f"add {PLUGIN_NAME} to {config.PLUGINS}")
     return Check("plugin entry point", OK, f"{PLUGIN_NAME} -> {eps[0].value}")
 
 
@@ -221,7 +222,7 @@ def _spawn_probe_child(queue) -> None:
     import json
 
     try:
-        import sglang  # noqa: F401  (the .pth bootstrap activates on this import)
+        importlib.import_module(SGLANG_PACKAGE)  # the .pth bootstrap activates on this import
 
         import sglang_kv5d
 
@@ -351,7 +352,7 @@ SECTIONS: List[Section] = [
 ]
 
 
-def run_doctor(progress: Optional[Callable[[str], None]] = None, spawn: bool = True,
+def run_doctor(*, progress: Optional[Callable[[str], None]] = None, spawn: bool = True,
                environ: Optional[Mapping[str, str]] = None, options: Optional[Dict[str, Any]] = None,
                sections: Optional[List[Section]] = None) -> List[Check]:
     ctx = DoctorContext(environ=os.environ if environ is None else environ, spawn=spawn,

@@ -47,7 +47,6 @@ class Plan:
     namespace: Optional[argparse.Namespace] = None
     parse_error: Optional[SGLangParseError] = None
     hint: Optional[str] = None
-    sglang_help: bool = False
     platform: str = "cpu"
     platform_how: str = ""
     sglang_version: Optional[str] = None
@@ -147,7 +146,6 @@ def _parse(plan: Plan, parser: argparse.ArgumentParser) -> str:
         return _REJECTED
     except ParserExit as exc:
         if getattr(parser, "help_requested", False) or exc.status == 0:
-            plan.sglang_help = True
             plan.notes.append("SGLang's --help was requested: nothing to check")
         else:
             plan.parse_error = SGLangParseError((exc.message or "").strip() or f"exit status {exc.status}")
