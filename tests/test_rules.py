@@ -392,6 +392,56 @@ def test_kv5d005_speculative_needs_sglang_0_5_23(fake_versions):
     assert "upgrade SGLang to 0.5.23 or use nhd" in found["KV5D005"]["fix"]
 
 
+_SPEC_GUARD_SCRIPT = """
+import json, os, sys
+from sglang.srt.server_args import prepare_server_args
+from sglang_kv5d.rules import Kv5dConfigError, guard_server_args
+from sglang_kv5d.rules.guard import _resolved_view
+m = sys.argv[1]
+five_d = dict(os.environ, SGLANG_USE_AITER="1", SGLANG_AITER_KV_CACHE_LAYOUT="vectorized_5d")
+base = ["--model-path", m, "--skip-tokenizer-init", "--device", "cpu", "--speculative-algorithm", "NEXTN",
+        "--speculative-draft-model-path", m]
+out = {}
+for key, extra in (("unset", []), ("one", ["--attention-backend", "aiter", "--page-size", "64",
+                                          "--speculative-eagle-topk", "1", "--speculative-num-steps", "3",
+                                          "--speculative-num-draft-tokens", "4"])):
+    sa = prepare_server_args(base + extra)
+    if hasattr(sa, "resolve_once"):
+        sa.resolve_once()
+    view = _resolved_view(sa)
+    out[key] = {"algorithm": view.speculative_algorithm, "topk": view.speculative_eagle_topk}
+    try:
+        guard_server_args(sa, five_d, platform="rocm")
+        out[key]["findings"] = []
+    except Kv5dConfigError as exc:
+        out[key]["findings"] = [[f.id, f.message] for f in exc.findings]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_kv5d005_inside_sglang_sees_the_topk_sglang_chose(tmp_path):
+    """Why an unset topk is refused: SGLang 0.5.23 itself resolves NEXTN on a
+    LlamaForCausalLM to EAGLE with topk 4 (_auto_choose_speculative_params), and
+    the guard inside SGLang refuses that tree; an explicit topk 1 chain passes."""
+    from tests.helpers.subproc import run_py
+
+    model = tmp_path / "tiny-llama"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+        "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+        "vocab_size": 1000, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16",
+        "head_dim": 64}))
+    r = run_py(_SPEC_GUARD_SCRIPT, args=[str(model)], timeout=300)
+    assert r.data is not None, r
+    unset, one = r.data["unset"], r.data["one"]
+    assert unset["algorithm"] == "EAGLE" and unset["topk"] == 4, r.data  # SGLang's own choice
+    spec = dict(unset["findings"]).get("KV5D005", "")
+    assert "--speculative-algorithm EAGLE" in spec and "--speculative-eagle-topk 4" in spec, r.data
+    assert one["topk"] == 1 and one["findings"] == [], r.data
+
+
 @pytest.mark.slow
 def test_explain_real_subprocess():
     p = run_cli(["check", "--explain", "KV5D005"])

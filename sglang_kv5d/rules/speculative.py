@@ -219,9 +219,12 @@ def speculative_algorithm(ctx: Context) -> Optional[str]:
     with `--speculative-num-steps` unset too, SGLang {SPEC_SGLANG} chooses the
     draft parameters itself (`_handle_eagle_family` calls
     `_auto_choose_speculative_params`, SGLang's `arg_groups/speculative_hook.py`),
-    and picks topk 4 for `LlamaForCausalLM` and Grok-1, 1 for other models.
-    Inside SGLang the server-args guard sees the resolved value. DFLASH's topk
-    does not matter: SGLang sets it to 1 (`_handle_dflash`, same file).
+    and picks topk 4 for `LlamaForCausalLM` and Grok-1, 1 for other models; with
+    a page size above 1 on the aiter backend (as 5D runs) SGLang then stops at
+    start-up by itself, since `_handle_eagle_family` accepts topk > 1 with paging
+    only on flashinfer, fa3 and triton. Inside SGLang the server-args guard sees
+    the resolved value. DFLASH's topk does not matter: SGLang sets it to 1
+    (`_handle_dflash`, same file).
 
     Fires when 5D is requested and `--speculative-algorithm` is a refused cell,
     or an allowed one on an SGLang older than {SPEC_SGLANG} (or of unknown
