@@ -1,13 +1,13 @@
 """fail-closed-pool / fail-closed-backend (internal): refuse to build 5D state without the needed patches.
 
-SGLang logs and swallows exceptions raised by plugins, so a patch that cannot
-apply would otherwise leave a server running with silently wrong 5D attention.
 This guard runs before ``MHATokenToKVPool.__init__`` and
 ``AiterAttnBackend.__init__``: when ``SGLANG_AITER_KV_CACHE_LAYOUT`` asks for
 ``vectorized_5d`` and a 5D-required patch is failed, skipped or disabled, it
 raises :class:`sglang_kv5d.activation.Kv5dNotReadyError` naming the patch, the
 reason and the fix (a warning instead with ``SGLANG_KV5D_STRICT=0``).
-The check is one environment lookup when 5D is not requested.
+The check is one environment lookup when 5D is not requested. Why: the
+Patches' ``why`` below, the one place for the reason (patches/*.toml are
+generated from it).
 
 After the constructor returns (5D requested), the same guards check the
 overlay's kernels before any traffic and before CUDA-graph capture

@@ -1,10 +1,9 @@
 """fp8-kv-write: one fused kernel for FP8 writes in MHATokenToKVPool.set_kv_buffer.
 
-Upstream casts with 3-5 kernels and divides the caller's k/v IN PLACE by the
-scale (corrupting the fresh-prompt extend that attends over them afterwards);
-on e4m3fnuz an out-of-range value becomes NaN. This wrapper sends eligible
-calls to sglang_kv5d.kernels.write_kv_fp8 (scale, saturate, cast and write K
-and V in one launch, inputs untouched) and everything else to the original:
+This wrapper sends eligible calls to sglang_kv5d.kernels.write_kv_fp8 (scale,
+saturate, cast and write K and V in one launch, inputs untouched) and
+everything else to the original (why upstream's write needs replacing:
+``PATCH.why`` below, the one place for the reason):
 
     eligible = input dtype != pool dtype, pool dtype is fp8, physical layout is
                NHD (3-D buffers) or SHUFFLE 5D (5-D buffers) and not HND /

@@ -1,10 +1,10 @@
 """pool-layout-detection: make AiterAttnBackend see 5D through composite pools.
 
-Upstream decides ``kv_cache_is_vectorized_5d`` with a closure that only looks
-inside SWAKVPool, so a HybridLinearKVPool (Qwen3.5) holding SHUFFLE 5D buffers
-is treated as NHD. After ``AiterAttnBackend.__init__`` this patch recomputes
-the flag from the physical buffers (sglang_kv5d.pools.is_vectorized_5d) and
-then the decode page-table flag that follows from it.
+After ``AiterAttnBackend.__init__`` this patch recomputes
+``kv_cache_is_vectorized_5d`` from the physical buffers
+(sglang_kv5d.pools.is_vectorized_5d) and then the decode page-table flag that
+follows from it. Why upstream needs it: ``PATCH.why`` below, the one place
+for the reason (patches/pool-layout-detection.toml is generated from it).
 """
 
 from __future__ import annotations
