@@ -3,11 +3,12 @@
     PLATFORMS                ("rocm", "cuda", "cpu"): what the launch rules judge
     detect_platform(choice)  (platform, how it was decided)
     describe_platform()      the platform plus the first GPU's name, arch and fp8 KV dtype
+    device_arch(index)       a GPU's arch as the driver reports it ("gfx942:sramecc+:xnack-", "sm_90")
     fp8_flavour(arch)        the fp8 KV dtype name of an arch: float8_e4m3fnuz on gfx942
                              (gfx94x), float8_e4m3fn on gfx950, NVIDIA and the CPU
     fp8_dtype(arch)          the same as a torch dtype
     FP8_KV_DTYPE_NAMES       the fp8 dtypes a KV cache may hold; fp8_kv_dtypes() as torch dtypes
-    interpreting()           is Triton's CPU interpreter on (TRITON_INTERPRET set, not 0)
+    interpreting()           is Triton's CPU interpreter on (TRITON_INTERPRET read as Triton reads it)
 
 Importing this module imports neither torch nor SGLang (``sglang-kv5d check``
 and the ``.pth`` bootstrap must stay cheap); a function imports torch when it
@@ -25,7 +26,7 @@ from .kernels.target import interpreting, known_target
 
 __all__ = [
     "PLATFORMS", "FP8_E4M3FN", "FP8_E4M3FNUZ", "FP8_KV_DTYPE_NAMES", "PlatformInfo",
-    "detect_platform", "describe_platform", "fp8_flavour", "fp8_dtype", "fp8_kv_dtypes", "interpreting",
+    "detect_platform", "describe_platform", "device_arch", "fp8_flavour", "fp8_dtype", "fp8_kv_dtypes", "interpreting",
 ]
 
 PLATFORMS = ("rocm", "cuda", "cpu")
@@ -132,6 +133,18 @@ class PlatformInfo:
         return asdict(self)
 
 
+def device_arch(index: int = 0) -> Optional[str]:
+    """The arch of GPU ``index`` as the driver reports it ("gfx942:sramecc+:xnack-",
+    "sm_90"), or None without a GPU (imports torch)."""
+    torch = _torch()
+    if torch is None or not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(index)
+    # gcnArchName is meaningful only on ROCm (CUDA builds fill it with the GPU's name)
+    hip_arch = getattr(props, "gcnArchName", None) if getattr(torch.version, "hip", None) else None
+    return str(hip_arch) if hip_arch else f"sm_{props.major}{props.minor}"
+
+
 def describe_platform(choice: str = "auto") -> PlatformInfo:
     """:func:`detect_platform` plus the first GPU's name, arch and fp8 KV dtype
     (imports torch; the device is read only when the platform is not the CPU)."""
@@ -142,11 +155,8 @@ def describe_platform(choice: str = "auto") -> PlatformInfo:
     device = arch = None
     try:
         if name != CPU and torch.cuda.is_available():
-            props = torch.cuda.get_device_properties(0)
-            device = str(props.name)
-            # gcnArchName is meaningful only on ROCm (CUDA builds fill it with the GPU's name)
-            hip_arch = getattr(props, "gcnArchName", None) if getattr(torch.version, "hip", None) else None
-            arch = str(hip_arch) if hip_arch else f"sm_{props.major}{props.minor}"
+            device = str(torch.cuda.get_device_properties(0).name)
+            arch = device_arch(0)
     except Exception as exc:
         return PlatformInfo(name, how, error=f"cannot read the GPU: {type(exc).__name__}: {exc}")
     return PlatformInfo(name, how, device=device, arch=arch, fp8=fp8_flavour(arch))

@@ -58,10 +58,11 @@ def _make(original):
 
     from .. import kernel_check
     from .. import prefix_valid as core
+    from ..platform import fp8_kv_dtypes
     from ..kernels import fp8_write
 
     sig = inspect.signature(original)
-    fp8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e4m3fnuz") if hasattr(torch, n))
+    fp8 = fp8_kv_dtypes()
     float_inputs = (torch.bfloat16, torch.float16, torch.float32)
     warned = set()
 
