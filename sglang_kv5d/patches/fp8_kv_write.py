@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 
 from .. import kernel_check
 from ..platform import fp8_kv_dtypes as _fp8_dtypes
+from ..platform import interpreting as _interpreting
 from ..surface import attr_name, find_loaded
 from . import Binding, Patch
 
@@ -62,7 +62,7 @@ def eligible(pool, fp8_dtypes) -> bool:
         and k0 is not None
         and k0.dim() in (3, 5)
         and k0.dim() == pool.v_buffer[0].dim()
-        and (not device.startswith("cpu") or os.environ.get("TRITON_INTERPRET") == "1")
+        and (not device.startswith("cpu") or _interpreting())
     )
 
 
