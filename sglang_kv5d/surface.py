@@ -18,6 +18,14 @@ The contract test (tests/test_surface_contract.py) checks every row against
 the source of several SGLang wheels without importing them, and checks that
 every row is used by a patch manifest in patches/ or marked as a probe.
 
+SGLang's names that are not objects (module paths, environment variables,
+literals such as the plugin entry-point group) are constants of
+``surface_names`` re-exported here, each listed in ``NAMES`` with its kind and
+the release it appeared in; the contract test checks those too, and fails on
+any SGLang module path or variable written in the package outside the table.
+Code reaches a row's live object with ``find_loaded`` (already imported),
+``import_object`` (the selftest) or ``attr_name`` (an attribute to getattr).
+
 Standard library only: the bootstrap and the doctor read this table.
 """
 
