@@ -124,7 +124,7 @@ def _decode_case(g: Geometry, kv: str, batch: int, context: int, window: int = -
     return Case("decode", f"{kv} {g.name} {what} bs={batch} ctx={context}{win}", g, kv, run)
 
 
-def _extend_case(g: Geometry, kv: str, window: int = -1) -> Case:
+def _extend_case(g: Geometry, kv: str, window: int = -1, causal: bool = True) -> Case:
     def run(target):
         import torch
 
@@ -138,10 +138,10 @@ def _extend_case(g: Geometry, kv: str, window: int = -1) -> Case:
         lens = _meta(B, dtype=torch.int32)
         scale = _meta(1, dtype=torch.float32) if kv == "fp8" else None
         extend_attention_5d(q, k, v, bt, qo, lens, sm_scale=g.d ** -0.5, k_scale=scale, v_scale=scale,
-                            sliding_window=window, _target=target)
+                            sliding_window=window, causal=causal, _target=target)
 
     win = f" window={window}" if window > 0 else ""
-    return Case("extend", f"{kv} {g.name}{win}", g, kv, run)
+    return Case("extend", f"{kv} {g.name}{win}{'' if causal else ' non-causal'}", g, kv, run)
 
 
 def _floor_case(layout: str, g: Geometry, block_s: int) -> Case:
@@ -175,6 +175,8 @@ def cases(kinds: Optional[Iterable[str]] = None) -> List[Case]:
             out.append(_extend_case(g, kv))
     g0 = GEOMETRIES[0]
     out += [_decode_case(g0, "bf16", 1, 32768, window=127), _extend_case(g0, "bf16", window=127)]
+    # block-parallel speculative drafts (DFLASH) attend without the causal mask
+    out += [_extend_case(g, "fp8", causal=False) for g in (g0, GEOMETRIES[2])]
     for layout in ("5d", "nhd"):
         out += [_floor_case(layout, GEOMETRIES[2], b) for b in (1, 16)]
     if kinds is not None:

@@ -230,6 +230,10 @@ def test_target_verify_through_the_backend_matches_float64(monkeypatch, overlay,
             assert err < 2e-2 * max(1.0, ref.abs().max().item()), (pool_name, lid, r, err)
 
         # block-parallel (non-causal) drafts over the same cache and table: every key visible
+        if window >= 0:
+            with pytest.raises(verify.VerifyLayoutError, match="not defined"):
+                verify.forward_target_verify_5d(backend, q, layer, fb, causal=False)
+            continue
         nc = verify.forward_target_verify_5d(backend, q, layer, fb, causal=False)
         table, _ = verify.verify_tables(backend, layer)
         _, k_cache, v_cache, *_ = importlib.import_module("sglang_kv5d.attention")._layer_cache(backend, layer)
@@ -258,7 +262,7 @@ def test_verify_host_side_reads_no_device_value(monkeypatch):
     """What a CUDA graph would freeze: the verify call's host code never syncs."""
     kernels = importlib.import_module("sglang_kv5d.kernels")
     seen = {}
-    monkeypatch.setattr(kernels, "extend_attention_5d", lambda *a, **k: seen.update(args=a, kw=k))
+    monkeypatch.setattr(kernels, "decode_attention_5d", lambda *a, **k: seen.update(args=a, kw=k))
     k5 = torch.zeros(4, 1, D // 8, PAGE, 8, dtype=torch.bfloat16)
     v5 = torch.zeros(4, 1, PAGE // 8, D, 8, dtype=torch.bfloat16)
     sub = NS(k_buffer=[k5], v_buffer=[v5], dtype=torch.bfloat16, page_size=PAGE)
@@ -277,8 +281,8 @@ def test_verify_host_side_reads_no_device_value(monkeypatch):
     verify.forward_target_verify_5d(backend, q, _layer(0, False), fb)
     monkeypatch.undo()
     a = seen["args"]
-    assert a[3].shape == (2, 4) and a[4].tolist() == [0, 3, 6] and a[5].tolist() == [8, 12]
-    assert seen["kw"]["causal"] is True
+    assert a[3].shape == (2, 4) and a[4].tolist() == [6, 7, 8, 10, 11, 12]  # one length per draft row
+    assert seen["kw"]["queries_per_seq"] == 3
 
 
 def test_verify_refuses_bad_metadata_with_a_message(monkeypatch):

@@ -12,6 +12,7 @@ import click
 SUITES = {
     "fp8-write": "sglang_kv5d.bench.fp8_write",
     "attention": "sglang_kv5d.bench.attention",
+    "verify": "sglang_kv5d.bench.verify",
 }
 
 
@@ -23,7 +24,7 @@ def _finite(ctx, param, value):
 
 @click.command()
 @click.option("--what", type=click.Choice(["all", *SUITES]), default="all", show_default=True,
-              help="Which benchmark: the fused FP8 KV write, 5D decode attention, or both.")
+              help="Which benchmark: the fused FP8 KV write, 5D decode attention, speculative target verify over 5D (against the extend kernel and one decode step), or all.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of tables.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True),
               help="Also write the JSON results to this file.")

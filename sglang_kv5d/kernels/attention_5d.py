@@ -382,6 +382,7 @@ def _decode_5d_kernel(
     LOAD3D: tl.constexpr,
     USE_PDL: tl.constexpr,
     MASK_TILE: tl.constexpr,
+    Q_PER_SEQ: tl.constexpr = 1,
 ):
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -423,7 +424,7 @@ def _decode_5d_kernel(
 
     k_head = K + kvh.to(tl.int64) * stride_kh
     v_head = V + kvh.to(tl.int64) * stride_vh
-    bt_row = BT + b * stride_btb
+    bt_row = BT + (b // Q_PER_SEQ) * stride_btb  # Q_PER_SEQ query rows share a sequence's table row
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
@@ -802,7 +803,8 @@ _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
 
-def _check_metadata(q, batch: int, block_tables, lens, lens_name: str, sinks, H_q: int, out, out_shape) -> None:
+def _check_metadata(q, batch: int, block_tables, lens, lens_name: str, sinks, H_q: int, out, out_shape,
+                    table_rows: Optional[int] = None) -> None:
     """The shape and dtype mistakes the host sees without a sync (TypeError /
     ValueError naming the argument). Values (block ids, lengths, indptr
     entries) are the kernels' to clamp: reading them would sync."""
@@ -815,8 +817,9 @@ def _check_metadata(q, batch: int, block_tables, lens, lens_name: str, sinks, H_
             raise TypeError(f"{name}: expected int32 or int64, got {t.dtype}")
         if t.device != q.device:
             raise ValueError(f"{name}: expected device {q.device} (q's), got {t.device}")
-    if block_tables.dim() != 2 or block_tables.shape[0] < batch:
-        raise ValueError(f"block_tables: expected (batch={batch}, max_blocks), got shape {tuple(block_tables.shape)}")
+    rows = batch if table_rows is None else table_rows
+    if block_tables.dim() != 2 or block_tables.shape[0] < rows:
+        raise ValueError(f"block_tables: expected ({rows}, max_blocks), got shape {tuple(block_tables.shape)}")
     if lens.dim() != 1 or lens.shape[0] < batch:
         raise ValueError(f"{lens_name}: expected (batch={batch},), got shape {tuple(lens.shape)}")
     if sinks is not None:
@@ -830,7 +833,8 @@ def _check_metadata(q, batch: int, block_tables, lens, lens_name: str, sinks, H_
 
 
 def check_metadata_values(block_tables, lens, *, num_blocks: int, page: int, batch: int,
-                          qo_indptr=None, total_q: Optional[int] = None, lens_name: str = "context_lens") -> None:
+                          qo_indptr=None, total_q: Optional[int] = None, lens_name: str = "context_lens",
+                          rows_per_table_row: int = 1) -> None:
     """Raise ValueError naming every value the kernels would clamp or mask:
     block ids outside ``[0, num_blocks)`` within a sequence's length, lengths
     outside ``[0, block_tables.shape[1] * page]``, and
@@ -846,10 +850,11 @@ def check_metadata_values(block_tables, lens, *, num_blocks: int, page: int, bat
                             f"(block table width {width} x page {page})")
         used = -(-max(0, min(n, width * page)) // page)
         if used:
-            row = block_tables[b, :used]
+            tb = b // rows_per_table_row
+            row = block_tables[tb, :used]
             bad = ((row < 0) | (row >= num_blocks)).nonzero().flatten().tolist()
             if bad:
-                problems.append(f"block_tables[{b}, {bad[0]}]={int(row[bad[0]])} outside [0, {num_blocks})"
+                problems.append(f"block_tables[{tb}, {bad[0]}]={int(row[bad[0]])} outside [0, {num_blocks})"
                                 + (f" (and {len(bad) - 1} more in that row)" if len(bad) > 1 else ""))
     if qo_indptr is not None:
         ind = qo_indptr.tolist()
@@ -1102,6 +1107,7 @@ def decode_attention_5d(
     logit_cap: float = 0.0,
     num_splits: Optional[int] = None,
     out: Optional[torch.Tensor] = None,
+    queries_per_seq: int = 1,
     _config: Optional[tuple] = None,
     _info: Optional[dict] = None,
     _target: Optional[KernelTarget] = None,
@@ -1116,11 +1122,20 @@ def decode_attention_5d(
     keys; SGLang's exclusive ``sliding_window_size``; see the module docstring
     for how SGLang's own Triton decode and aiter differ). Returns ``out``
     ``(B, H_q, D)`` in q's dtype.
+
+    ``queries_per_seq = N > 1``: query rows ``b*N .. b*N + N-1`` belong to one
+    sequence and share ``block_tables[b]`` (speculative verify: row ``b*N + t``
+    is draft token ``t``, its own ``context_lens`` entry ends at its position);
+    block_tables then has ``B / N`` rows. Each row reads the sequence's K/V,
+    the N rows of a sequence run side by side and share it through the cache.
     """
     if not isinstance(q, torch.Tensor) or q.dim() != 3:
         raise ValueError(f"q must be (B, H_q, D), got {getattr(q, 'shape', type(q).__name__)}")
     B, H_q, Dq = q.shape
-    _check_metadata(q, B, block_tables, context_lens, "context_lens", sinks, H_q, out, q.shape)
+    qps = int(queries_per_seq)
+    if qps < 1 or B % qps:
+        raise ValueError(f"queries_per_seq={queries_per_seq!r}: expected a positive divisor of the {B} query rows")
+    _check_metadata(q, B, block_tables, context_lens, "context_lens", sinks, H_q, out, q.shape, table_rows=B // qps)
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if B == 0:
@@ -1139,7 +1154,7 @@ def decode_attention_5d(
         block_tables = block_tables.contiguous()
     max_ctx = min(block_tables.shape[1] * page, _INT32_MAX)
     if _debug_bounds(q.device):
-        check_metadata_values(block_tables, context_lens, num_blocks=nb, page=page, batch=B)
+        check_metadata_values(block_tables, context_lens, num_blocks=nb, page=page, batch=B, rows_per_table_row=qps)
 
     if _config is None:
         _config = decode_config(D, G, page, X, fp8_mode > 0, target)
@@ -1181,7 +1196,7 @@ def decode_attention_5d(
             FP8_MODE=fp8_mode, FP8_MUL=fp8_mul, K_SCALE_PTR=kis, V_SCALE_PTR=vis,
             HAS_WINDOW=has_window, HAS_CAP=has_cap, HAS_SINK=has_sink, DIRECT=direct,
             COMPUTE=cdt, NUM_STAGES=num_stages, LOAD3D=bool(load3d), USE_PDL=pdl,
-            MASK_TILE=_mask_tile(target, BLOCK_D, fp8_mode > 0),
+            MASK_TILE=_mask_tile(target, BLOCK_D, fp8_mode > 0), Q_PER_SEQ=qps,
             num_warps=num_warps, **launch_opts,
         )
 
@@ -1192,7 +1207,7 @@ def decode_attention_5d(
         key = (q.device, q.dtype, k.dtype, out.dtype, block_tables.dtype, context_lens.dtype,
                H_kv, G, head_tiles, D, block_n, block_h,
                num_warps, num_stages, bool(load3d), tuple(rest), page, X, fp8_mode, fp8_mul, kis, vis,
-               has_window, has_cap, has_sink, split_pdl)
+               has_window, has_cap, has_sink, split_pdl, qps)
 
         def warmup():
             mo, ml = mid_buffers(2)

@@ -15,12 +15,23 @@ for CUDA-graph capture/replay, what this function reads:
                                      prefix + drafts (SGLang writes the drafts'
                                      slots into req_to_token before verify)
     forward_metadata.swa_page_table  the same for the SWA sub-pool, or None
-    forward_metadata.qo_indptr       (bs + 1,) int32, 0, N, 2N, ...
     forward_metadata.max_q_len       N (a Python int fixed per captured graph)
     forward_batch.seq_lens           (bs,) prefix lengths on the device
 
-No host value is read: kv_lens = seq_lens + N is a device op, the kernel's
-grid comes from tensor shapes, so the call captures and replays.
+The attention is the overlay's 5D decode kernel with one query row per draft
+token (``decode_attention_5d(..., queries_per_seq=N)``): row ``t`` of a request
+sees ``prefix + t + 1`` keys and the N rows of a request share its page-table
+row; the G query heads of a KV head are packed and long contexts are split,
+as in decode. Measured on an H200 (2026-12-01, ``sglang-kv5d bench --what
+verify``, 16 drafts): 2.9-9.2x one decode step at batch 1, where the prefill
+(extend) kernel, which splits neither, takes 31-131x; 9-13x at batch 32-128,
+where each of the N rows still reads the K/V (6-10% of the read rate for one
+pass of the context). Packing the N x G rows of a request into one tile would
+read the K/V once; it is not built.
+
+No host value is read: the per-row lengths are device ops on ``seq_lens``,
+the grid and split count come from tensor shapes, so the call captures and
+replays.
 
 Sliding windows follow the overlay's extend and decode (SGLang's
 ``sliding_window_size + 1`` visible keys), so a token is verified under the
@@ -71,6 +82,18 @@ def write_verify_kv(backend, layer, forward_batch, k, v, write_loc_cls) -> None:
     backend.token_to_kv_pool.set_kv_buffer(layer, loc, k, v, k_scale, v_scale)
 
 
+def query_context_lens(prefix_lens, n: int, *, causal: bool = True):
+    """``(bs * n,)`` int32 KV length of each verify query row: draft ``t`` of a
+    request with ``prefix`` cached tokens sees ``prefix + t + 1`` keys (causal),
+    or all ``prefix + n`` (block-parallel drafts). Device ops only."""
+    torch = _attention._torch()
+    prefix = prefix_lens.to(torch.int32)
+    if causal:
+        steps = torch.arange(1, n + 1, dtype=torch.int32, device=prefix.device)
+        return (prefix[:, None] + steps[None, :]).reshape(-1)
+    return (prefix + n).repeat_interleave(n)
+
+
 def forward_target_verify_5d(backend, q, layer, forward_batch, sinks: Optional[Any] = None, *,
                              causal: bool = True):
     """Attention of ``bs * N`` verify queries over the 5D cache; returns ``(bs * N, Hq * D_v)``.
@@ -100,28 +123,28 @@ def forward_target_verify_5d(backend, q, layer, forward_batch, sinks: Optional[A
     table, window = verify_tables(backend, layer)
     if table.shape[0] < bs:
         raise VerifyLayoutError(f"layer {layer.layer_id}: page table has {table.shape[0]} rows for {bs} requests")
-    qo_indptr = meta.qo_indptr[: bs + 1]
-    if qo_indptr.dtype != torch.int32:
-        qo_indptr = qo_indptr.to(torch.int32)
-    kv_lens = (forward_batch.seq_lens[:bs] + n).to(torch.int32)
+    if not causal and window >= 0:
+        raise VerifyLayoutError(
+            f"layer {layer.layer_id}: block-parallel (non-causal) verify over a sliding window of "
+            f"{layer.sliding_window_size} is not defined (the window is relative to each query's position)"
+        )
+    kv_lens = query_context_lens(forward_batch.seq_lens[:bs], n, causal=causal)
     fp8 = _attention._is_fp8(kv_dtype)
     k_scale = v_scale = None
     if fp8:
         k_scale, v_scale = _attention._kv_scales(layer, backend, q.device)
     out_dtype = getattr(backend, "input_dtype", None) or q.dtype
-    out = torch.empty((q3.shape[0], hq, dv), dtype=out_dtype, device=q.device)
     if q3.dtype != out_dtype:
         q3 = q3.to(out_dtype)
+    out = torch.empty((q3.shape[0], hq, dv), dtype=out_dtype, device=q.device)
     cap = float(getattr(layer, "logit_cap", 0.0) or 0.0)
-    _attention._kernels().extend_attention_5d(
+    _attention._kernels().decode_attention_5d(
         q3,
         k_cache,
         v_cache,
         table[:bs],
-        qo_indptr,
         kv_lens,
         sm_scale=float(layer.scaling),
-        causal=causal,
         k_scale=k_scale,
         v_scale=v_scale,
         fp8_dtype=kv_dtype if fp8 else None,
@@ -129,5 +152,6 @@ def forward_target_verify_5d(backend, q, layer, forward_batch, sinks: Optional[A
         sinks=sinks,
         logit_cap=cap,
         out=out,
+        queries_per_seq=n,
     )
     return out.reshape(-1, hq * dv)
