@@ -190,7 +190,7 @@ LOC = torch.tensor([
     [70, 2, 79, 48, 49, 50, 51, 52],
     [60, 61, 62, 63, 64, 65, 66, 67],
 ])
-LENS = torch.tensor([8, 3, 4, 0])
+LENS = torch.tensor([9, 3, 4, 0])
 COMMITTED = [(b, j) for b in range(LOC.shape[0]) for j in range(LOC.shape[1]) if j < int(LENS[b])]
 MAX_SLOT = max(int(LOC[b, j]) for b, j in COMMITTED)
 
