@@ -21,16 +21,14 @@ Importing this package imports neither SGLang, torch nor wrapt.
 """
 
 from .guard import Kv5dError, Kv5dNotReadyError, enforce_5d_ready, fail_closed
-from .install import MARKER, Resolved, patch_marker, resolve_loaded, signature_problem
+from .install import patch_marker, resolve_loaded
 from .lifecycle import activate, deactivate, status
 from .registry import PatchProbe, probe_patches
 
 __all__ = [
-    "MARKER",
     "Kv5dError",
     "Kv5dNotReadyError",
     "PatchProbe",
-    "Resolved",
     "activate",
     "deactivate",
     "enforce_5d_ready",
@@ -38,6 +36,5 @@ __all__ = [
     "patch_marker",
     "probe_patches",
     "resolve_loaded",
-    "signature_problem",
     "status",
 ]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 from ..patches import Binding, Patch
 from ..state import APPLIED, FAILED, SKIPPED
@@ -102,14 +102,14 @@ def _initializing(module: types.ModuleType) -> bool:
     return bool(getattr(spec, "_initializing", False))
 
 
-def resolve_loaded(surface: Surface, modules: Optional[Dict[str, types.ModuleType]] = None) -> Resolved:
+def resolve_loaded(surface: Surface) -> Resolved:
     """Resolve a surface from already-imported modules.
 
     Raises Pending while any candidate's module is not imported yet (a later
     one may hold the name), LookupError (with every place tried) when all are
     imported and none has the name.
     """
-    mods = sys.modules if modules is None else modules
+    mods = sys.modules
     tried = []
     unloaded = []
     for target in surface.targets:
