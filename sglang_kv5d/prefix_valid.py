@@ -59,8 +59,7 @@ def masked_slots(loc_2d, commit_lens):
     commit_lens[b]``, else -1. Elementwise device ops only (CUDA-graph safe)."""
     import torch
 
-    valid = _valid(loc_2d, commit_lens)
-    return torch.where(valid, loc_2d.to(torch.int64), torch.full_like(loc_2d, -1, dtype=torch.int64)).reshape(-1)
+    return torch.where(_valid(loc_2d, commit_lens), loc_2d.to(torch.int64), -1).reshape(-1)
 
 
 def committed_rows(loc_2d, commit_lens):

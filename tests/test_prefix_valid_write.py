@@ -31,6 +31,7 @@ import torch
 
 import sglang_kv5d
 from sglang_kv5d import kernel_check
+from sglang_kv5d import prefix_valid as core
 from sglang_kv5d.kernels import fp8_write
 from sglang_kv5d.kernels.fp8_reference import fp8_step_distance, quantize_fp8_fp32
 from sglang_kv5d.surface import SURFACES
@@ -193,6 +194,20 @@ LOC = torch.tensor([
 LENS = torch.tensor([9, 3, 4, 0])
 COMMITTED = [(b, j) for b in range(LOC.shape[0]) for j in range(LOC.shape[1]) if j < int(LENS[b])]
 MAX_SLOT = max(int(LOC[b, j]) for b, j in COMMITTED)
+
+
+def test_core_selects_the_committed_rows():
+    loc = torch.tensor([[5, 6, 7], [8, 9, 10], [11, 12, 13]], dtype=torch.int32)
+    lens = torch.tensor([2, -1, 7], dtype=torch.int32)
+    assert core.masked_slots(loc, lens).tolist() == [5, 6, -1, -1, -1, -1, 11, 12, 13]
+    assert core.masked_slots(loc, lens).dtype == torch.int64
+    assert core.committed_rows(loc, lens).tolist() == [0, 1, 6, 7, 8]
+    assert core.committed_rows(loc, torch.zeros(3, dtype=torch.int32)).numel() == 0
+    core.check_prefix_args(loc, lens, 9, 9)
+    for args, match in (((loc.reshape(-1), lens, 9, 9), "rank-2"), ((loc, lens[:2], 9, 9), "commit_lens"),
+                        ((loc, lens.reshape(3, 1), 9, 9), "commit_lens"), ((loc, lens, 9, 8), "KV rows")):
+        with pytest.raises(ValueError, match=match):
+            core.check_prefix_args(*args)
 
 
 # --------------------------------------------------------------------------- #
