@@ -102,3 +102,27 @@ def test_attention_paths_decision(monkeypatch):
     paths, why = attention_paths("cuda", both=True)
     assert paths == ["triton"] and "aiter is not importable" in why and "portable path only" in why
     assert attention.fallback_configs() == {} and attention._aiter_import_error is None  # nothing left behind
+
+
+def test_phases_are_a_list_of_units():
+    """A phase is a module with NAME and run(run); the report's phases come in this order."""
+    from sglang_kv5d.selftest.phases import PHASES
+
+    names = [p.NAME for p in PHASES]
+    assert names[:2] == ["extend", "decode"] and len(set(names)) == len(names)  # prefill first, then decode
+    assert all(callable(p.run) for p in PHASES)
+
+
+def test_request_plan_shares_the_prefix_pages():
+    from sglang_kv5d.selftest import CPU_DEFAULT
+    from sglang_kv5d.selftest.workload import plan_requests
+
+    reqs, slots = plan_requests(CPU_DEFAULT)
+    prefix_pages = CPU_DEFAULT.prefix // CPU_DEFAULT.page
+    assert [r.prefix_shared for r in reqs] == [True, True, False]
+    assert reqs[0].pages[:prefix_pages] == reqs[1].pages[:prefix_pages] == list(range(prefix_pages))
+    own = [p for r in reqs for p in (r.pages[prefix_pages:] if r.prefix_shared else r.pages)]
+    assert len(own) == len(set(own)) and not set(own) & set(range(prefix_pages))  # no page is used twice
+    for r in reqs:  # room for the prompt and every decode step
+        assert len(r.pages) * CPU_DEFAULT.page >= r.length + CPU_DEFAULT.decode_steps
+    assert slots == (max(p for r in reqs for p in r.pages) + 1) * CPU_DEFAULT.page

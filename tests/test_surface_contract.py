@@ -219,3 +219,27 @@ def test_package_names_sglang_only_through_the_surface_table():
         "SGLang names outside sglang_kv5d/surface.py (add a constant or row there and use it):\n  "
         + "\n  ".join(found)
     )
+
+
+# ---------------------------------------------------------------------------
+# Reaching a row's live object
+
+
+def test_row_access_helpers(monkeypatch):
+    from sglang_kv5d.surface import READ, Surface, attr_name, find_loaded, import_object
+
+    assert attr_name("memory_pool.KVCache._check_physical_write_loc") == "_check_physical_write_loc"
+    assert find_loaded("memory_pool.unwrap_write_loc", modules={}) is None  # imports nothing
+    fake = type("M", (), {"unwrap_write_loc": staticmethod(len)})
+    assert find_loaded("memory_pool.unwrap_write_loc", modules={surface.MEMORY_POOL: fake}) is len
+    row = Surface(id="test.moved", targets=("json:no_such_name", "sglang_kv5d_no_such_module:x", "json:dumps"),
+                  action=READ, params=None, why="test", upstream="test", removal="test")
+    monkeypatch.setitem(SURFACES, row.id, row)
+    import json
+
+    assert import_object("test.moved") is json.dumps  # the first target that resolves
+    monkeypatch.setitem(SURFACES, row.id, Surface(**{**row.__dict__, "targets": row.targets[:2]}))
+    with pytest.raises(LookupError) as err:
+        import_object("test.moved")
+    assert "json:no_such_name (no such name)" in str(err.value)
+    assert "sglang_kv5d_no_such_module:x (No module named" in str(err.value)
