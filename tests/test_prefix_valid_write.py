@@ -368,6 +368,50 @@ def test_flat_rows_write_what_head_rows_write(monkeypatch, overlay, dtype):
     assert not bool((heads.inside("k_buffer", 1) == POISON).all())
 
 
+def test_fp8_inputs_the_fused_write_refuses_go_through_set_kv_buffer(monkeypatch, overlay, fused_launches):
+    """A float64 tensor scale (the fused write takes float32 only): the committed
+    rows reach set_kv_buffer, which writes them as it would any such call."""
+    fp8 = FP8_DTYPES[0]
+    k, v = _rows(*LOC.shape, seed=9, scale_hint=3.0)
+    ks, vs = torch.tensor([0.5], dtype=torch.float64), torch.tensor([2.0], dtype=torch.float64)
+    ours = _pool("vectorized_5d", fp8, monkeypatch, guard_bytes=1 << 12)
+    twin = _pool("vectorized_5d", fp8, monkeypatch, guard_bytes=1 << 12)
+    _commit(ours.pool, 1, LOC, LENS, k, v, ks, vs, monkeypatch)
+    rows = torch.tensor([b * LOC.shape[1] + j for b, j in COMMITTED])
+    slots = torch.tensor([int(LOC[b, j]) for b, j in COMMITTED])
+    twin.pool.set_kv_buffer(_layer(1), slots, k[rows], v[rows], ks, vs)
+    for name in ("k_buffer", "v_buffer"):
+        assert torch.equal(ours.bytes(name, 1), twin.bytes(name, 1)), name
+    assert not bool((ours.inside("k_buffer", 1) == POISON).all())
+
+
+def test_a_failing_fused_kernel_is_recorded_and_not_tried_again(monkeypatch, overlay):
+    fp8 = FP8_DTYPES[0]
+    k, v = _rows(*LOC.shape, seed=10, scale_hint=3.0)
+    ours = _pool("vectorized_5d", fp8, monkeypatch, guard_bytes=1 << 12)
+    twin = _pool("vectorized_5d", fp8, monkeypatch, guard_bytes=1 << 12)
+    tries = []
+
+    class Broken:
+        def __getitem__(self, grid):
+            def launch(*a, **kw):
+                tries.append(grid)
+                raise RuntimeError("launch failed (test)")
+            return launch
+
+    monkeypatch.setattr(fp8_write, "_write_kv_fp8_kernel", Broken())
+    _commit(ours.pool, 1, LOC, LENS, k, v, 0.5, 2.0, monkeypatch)
+    assert len(tries) == 1 and kernel_check.FAILED
+    _commit(ours.pool, 1, LOC, LENS, k, v, 0.5, 2.0, monkeypatch)
+    assert len(tries) == 1  # the configuration is known to fail: straight to set_kv_buffer
+    rows = torch.tensor([b * LOC.shape[1] + j for b, j in COMMITTED])
+    slots = torch.tensor([int(LOC[b, j]) for b, j in COMMITTED])
+    twin.pool.set_kv_buffer(_layer(1), slots, k[rows], v[rows], 0.5, 2.0)
+    for name in ("k_buffer", "v_buffer"):
+        assert torch.equal(ours.bytes(name, 1), twin.bytes(name, 1)), name
+    assert not bool((ours.inside("k_buffer", 1) == POISON).all())
+
+
 def test_bad_shapes_raise_before_writing(monkeypatch, overlay):
     g = _pool("vectorized_5d", torch.bfloat16, monkeypatch, guard_bytes=1 << 12)
     k, v = _rows(*LOC.shape, seed=6, scale_hint=1.0)

@@ -66,16 +66,15 @@ def _make(original):
     float_inputs = (torch.bfloat16, torch.float16, torch.float32)
     warned = set()
 
-    def fused_scale(scale, device):
-        """A scale write_kv_fp8 takes (None means 1, as set_kv_buffer), else None."""
+    def fused_scale(scale):
+        """The scale as fp8-kv-write hands it to write_kv_fp8 (None means 1), or
+        None when fp8-kv-write would not take it."""
         if scale is None:
             return 1.0
         if type(scale) is float or type(scale) is int:
             return scale
         if isinstance(scale, torch.Tensor) and scale.numel() == 1:
-            if scale.device.type == "cpu" and device.type != "cpu":
-                return float(scale.reshape(()))  # a host value: no device sync
-            return scale.reshape(1)
+            return scale if scale.dim() == 1 else scale.reshape(1)
         return None
 
     def general(pool, layer, loc_2d, commit_lens, cache_k, cache_v, k_scale, v_scale, layer_id):
@@ -108,7 +107,7 @@ def _make(original):
         kd = cache_k.dtype
         if not (fused and kd != pool.dtype and kd in float_inputs and cache_v.dtype == kd):
             return general(pool, layer, loc_2d, commit_lens, cache_k, cache_v, k_scale, v_scale, layer_id)
-        ks, vs = fused_scale(k_scale, device), fused_scale(v_scale, device)
+        ks, vs = fused_scale(k_scale), fused_scale(v_scale)
         key = None
         if kernel_check.FAILED:
             key = kernel_check.fp8_write_key(kd, pool.dtype, k_cache, v_cache)
