@@ -197,23 +197,22 @@ def check_pth() -> Check:
 
 def check_patches(environ=None) -> List[Check]:
     from .activation import probe_patches
+    from .state import DISABLED, SKIPPED
 
-    verdict = _versions.verdict(allow_untested=config.allow_untested(environ))
-    selected = config.selected_patches(environ)
     out = []
-    for p in probe_patches(import_modules=True):
+    for p in probe_patches(import_modules=True, environ=environ):  # p.state: the gate activation applies
         name = f"patch {p.name}"
-        if p.ok and not verdict.allowed and not p.internal:
-            out.append(Check(name, FAIL if p.required_for_5d else WARN, f"probe ok, but skipped: {verdict.message}"))
-        elif p.ok and selected is not None and not p.internal and p.name not in selected:
+        if not p.ok:
+            out.append(Check(name, FAIL if (p.required_for_5d or p.internal) else WARN, p.reason,
+                             "this SGLang differs from the tested ones: upgrade sglang-kv5d or use a tested SGLang"))
+        elif p.state == SKIPPED:
+            out.append(Check(name, FAIL if p.required_for_5d else WARN, f"probe ok, but skipped: {p.state_reason}"))
+        elif p.state == DISABLED:
             out.append(Check(name, WARN if p.required_for_5d else OK,
                              f"probe ok, disabled by {config.PATCHES}",
                              f"add {p.name} to {config.PATCHES}" if p.required_for_5d else ""))
-        elif p.ok:
-            out.append(Check(name, OK, p.reason))
         else:
-            out.append(Check(name, FAIL if (p.required_for_5d or p.internal) else WARN, p.reason,
-                             "this SGLang differs from the tested ones: upgrade sglang-kv5d or use a tested SGLang"))
+            out.append(Check(name, OK, p.reason))
     return out
 
 
