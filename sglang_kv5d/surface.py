@@ -67,6 +67,8 @@ from .surface_names import (  # noqa: E402,F401  (re-exported: the table's names
     ENV,
     TEXT,
     PACKAGE,
+    VERSION_MODULE,
+    VERSION_MODULE_OLD,
     AITER_BACKEND,
     AITER_UTILS,
     MEMORY_POOL,
@@ -367,6 +369,27 @@ _ROWS = (
         removal="n/a (read)",
     ),
     Surface(
+        id="aiter_backend.AiterAttnBackend._build_verify_unified_metadata",
+        targets=(f"{_AITER_BACKEND}:AiterAttnBackend._build_verify_unified_metadata",),
+        action=READ,
+        params=(("self", "bs", "seq_lens", "req_pool_indices", "draft_num"),),
+        why=(
+            "SGLang's own target-verify metadata (fixed-width page table over prefix + drafts); the "
+            "selftest's verify phase builds it the way init_forward_metadata does for topk 1."
+        ),
+        upstream="private, exists in every supported release",
+        removal="n/a (selftest only)",
+    ),
+    Surface(
+        id="forward_batch_info.ForwardMode",
+        targets=("sglang.srt.model_executor.forward_batch_info:ForwardMode",),
+        action=READ,
+        params=None,
+        why="The forward modes; the selftest's verify phase runs the backend in TARGET_VERIFY.",
+        upstream="stable",
+        removal="n/a (read)",
+    ),
+    Surface(
         id="memory_pool.unwrap_write_loc",
         targets=(f"{_MEMORY_POOL}:unwrap_write_loc",),
         action=READ,
@@ -453,6 +476,8 @@ class Name:
 
 _NAMES = (
     Name(PACKAGE, MODULE, "the package: version, location, the import that triggers the bootstrap"),
+    Name(VERSION_MODULE, MODULE, "the package's own version, read as text (versions.py)"),
+    Name(VERSION_MODULE_OLD, MODULE, "the package's own version, read as text where _version.py has none"),
     Name(AITER_BACKEND, MODULE, "AiterAttnBackend (the selftest builds one)"),
     Name(AITER_UTILS, MODULE, "the 5D extend/decode functions the attention patch replaces"),
     Name(MEMORY_POOL, MODULE, "the MHA and hybrid pools (the selftest builds them)"),

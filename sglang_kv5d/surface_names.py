@@ -15,6 +15,8 @@ ENV = "env"  # an environment variable SGLang's own source reads
 TEXT = "text"  # a literal SGLang's source uses (entry-point group, title prefix)
 
 PACKAGE = "sglang"  # import package and distribution name
+VERSION_MODULE = "sglang._version"  # generated at build time: __version__ = "..." (read as text)
+VERSION_MODULE_OLD = "sglang.version"  # the older place of __version__ (read as text)
 AITER_BACKEND = "sglang.srt.layers.attention.aiter_backend"
 AITER_UTILS = "sglang.srt.layers.attention.aiter_utils"
 MEMORY_POOL = "sglang.srt.mem_cache.memory_pool"

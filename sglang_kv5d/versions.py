@@ -25,7 +25,7 @@ import re
 import sys
 from typing import NamedTuple, Optional, Tuple
 
-from .surface_names import PACKAGE
+from .surface_names import PACKAGE, VERSION_MODULE, VERSION_MODULE_OLD
 
 SUPPORTED_RANGE = ("0.5.16", "0.5.23")
 BEST_EFFORT_RANGE = ("0.5.13.post1", "0.5.15.post1")
@@ -130,7 +130,8 @@ def sglang_module_version() -> Optional[str]:
     root = sglang_package_dir()
     if root is None:
         return None
-    for name in ("_version.py", "version.py"):
+    for module in (VERSION_MODULE, VERSION_MODULE_OLD):
+        name = module.rsplit(".", 1)[1] + ".py"
         try:
             with open(os.path.join(root, name), encoding="utf-8") as fh:
                 m = _OWN_VERSION_RE.search(fh.read(65536))
