@@ -24,7 +24,9 @@ MANIFESTS = load_manifests()
 # builds real pools and a backend) rather than by a patch.
 ENGINE_ROWS = {"plugins.load_plugins"}
 SELFTEST_ROWS = {"memory_pool.MHATokenToKVPool", "memory_pool.HybridLinearKVPool", "memory_pool.KVWriteLoc",
-                 "memory_pool._use_aiter", "aiter_backend.AiterAttnBackend"}
+                 "memory_pool._use_aiter", "aiter_backend.AiterAttnBackend", "runtime_context.get_parallel",
+                 "runtime_context.get_schedule", "runtime_context.get_spec", "dp_attention.is_dp_attention_enabled",
+                 "aiter_backend.AiterAttnBackend._build_verify_unified_metadata", "forward_batch_info.ForwardMode"}
 # Rows only `sglang-kv5d bench` reads (its peers; sglang_kv5d/bench/sglang_peers.py), no patch.
 BENCH_ROWS = {"kernels.launch_reshape_and_cache_flash", "kernels.decode_attention_fwd"}
 

@@ -10,7 +10,7 @@ import importlib
 import inspect
 import types
 
-from ..surface import AITER_BACKEND, import_object
+from ..surface import AITER_BACKEND, attr_name, import_object
 from .geometry import Geometry
 
 NS = types.SimpleNamespace
@@ -46,17 +46,19 @@ def build_pools(geo: Geometry, device: str, fp8_dtype, total_tokens: int):
 def _fake_runtime_context(module, page_size: int) -> dict:
     """Replace SGLang's runtime-context accessors on ``module``; returns the originals.
 
-    Which accessors exist depends on the SGLang version (get_parallel /
-    get_schedule / get_spec / is_dp_attention_enabled on 0.5.23).
+    Which accessors exist depends on the SGLang version (surface rows
+    runtime_context.* and dp_attention.is_dp_attention_enabled, with their
+    ``since``).
     """
     spec = NS(speculative_num_draft_tokens=None, speculative_num_steps=None, speculative_algorithm=None,
               speculative_attention_mode="prefill")
-    fakes = {"get_parallel": lambda: NS(attn_tp_size=1, attn_tp_rank=0, attn_dcp_size=1),
-             "get_schedule": lambda: NS(page_size=page_size),
-             "get_spec": lambda: spec,
-             "is_dp_attention_enabled": lambda: False}
+    fakes = {"runtime_context.get_parallel": lambda: NS(attn_tp_size=1, attn_tp_rank=0, attn_dcp_size=1),
+             "runtime_context.get_schedule": lambda: NS(page_size=page_size),
+             "runtime_context.get_spec": lambda: spec,
+             "dp_attention.is_dp_attention_enabled": lambda: False}
     saved = {}
-    for name, fake in fakes.items():
+    for row, fake in fakes.items():
+        name = attr_name(row)  # the copy aiter_backend holds (the row's ``copies``)
         if hasattr(module, name):
             saved[name] = getattr(module, name)
             setattr(module, name, fake)
