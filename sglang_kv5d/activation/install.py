@@ -27,6 +27,7 @@ from typing import Any, Callable, List, Mapping, Optional, Tuple
 from ..patches import Binding, Patch
 from ..state import APPLIED, FAILED, SKIPPED
 from ..surface import PROCESS_TARGET_NAMES, READ, REPLACE, WRAP, Surface, describe_params, params_match, split_target
+from ..surface_names import MODULE_PREFIX, PACKAGE
 
 # Attribute set on replacement functions (REPLACE) so a second engine or a
 # reload never stacks a patch on itself. Wrappers carry ``_self_kv5d_patch``.
@@ -265,7 +266,7 @@ def _rebind_copies(r: Resolved, replacement: Any) -> List[Tuple[types.ModuleType
     original = r.raw
     rebound: List[Tuple[types.ModuleType, str]] = []
     candidates = set(r.surface.copies)
-    candidates.update(n for n in list(sys.modules) if n == "sglang" or n.startswith("sglang."))
+    candidates.update(n for n in list(sys.modules) if n == PACKAGE or n.startswith(MODULE_PREFIX))
     for modname in sorted(candidates):
         module = sys.modules.get(modname)
         if module is None or module is r.module:

@@ -12,6 +12,7 @@ import logging
 import time
 from typing import List, NamedTuple, Optional, Tuple
 
+from .. import config
 from . import DECODE, EXTEND, CheckResult, _checked, _lock, record_failure
 from .facts import _dname, sync, target_text, triton_version
 
@@ -132,8 +133,8 @@ def attention_startup(*, impl: str, aiter_problem: Optional[str], check) -> Atte
     message = (
         "sglang-kv5d: no working 5D attention path: the portable Triton kernels failed (" + causes
         + f"; Triton {triton_version()}) and aiter cannot be used ({aiter_problem}). Fix: install an aiter "
-        "build with pa_decode_gluon and mha_batch_prefill_func (and leave SGLANG_KV5D_ATTN_IMPL unset), or a "
+        f"build with pa_decode_gluon and mha_batch_prefill_func (and leave {config.ATTN_IMPL} unset), or a "
         "Triton that compiles the portable kernels (`sglang-kv5d doctor` shows which compile), or unset "
-        "SGLANG_AITER_KV_CACHE_LAYOUT to serve with the NHD layout."
+        f"{config.LAYOUT} to serve with the NHD layout."
     )
     return AttentionDecision("none", message, results)

@@ -78,7 +78,7 @@ PATCH = Patch(
     ),
     why=(
         "DFLASH and EAGLE/NEXTN drafts get their own KV pool, built without a layout argument, so under "
-        "SGLANG_AITER_KV_CACHE_LAYOUT=vectorized_5d (process-wide) the draft pool and the inner pools of a "
+        f"{config.LAYOUT}=vectorized_5d (process-wide) the draft pool and the inner pools of a "
         "hybrid or SWA draft pool are 5D too. DFLASH's draft backend is triton on ROCm, whose kernels raise "
         "\"unexpected KV buffer ndim=5\"; the AITER draft paths view the cache as NHD. The patch runs a draft "
         "worker's KVCacheConfigurator.configure in a draft scope and passes kv_cache_layout=\"nhd\" to every "

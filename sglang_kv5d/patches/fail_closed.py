@@ -88,9 +88,9 @@ POOL_GUARD = Patch(
     internal=True,
     why=(
         "SGLang logs and swallows plugin exceptions, so a patch that cannot apply would leave a server "
-        "running with silently wrong 5D attention. When SGLANG_AITER_KV_CACHE_LAYOUT=vectorized_5d and a "
+        f"running with silently wrong 5D attention. When {config.LAYOUT}=vectorized_5d and a "
         "5D-required patch is failed, skipped or disabled, building an MHA pool raises an error naming the "
-        "patch, the reason and the fix (a warning with SGLANG_KV5D_STRICT=0). After the constructor, a 5D "
+        f"patch, the reason and the fix (a warning with {config.STRICT}=0). After the constructor, a 5D "
         "pool's fused FP8 write is compiled and run on scratch tensors for its shapes "
         "(sglang_kv5d.kernel_check), so a kernel that cannot compile is logged with its fallback at "
         "startup, not at the first request."
