@@ -302,3 +302,46 @@ def test_verify_refuses_bad_metadata_with_a_message(monkeypatch):
                 token_to_kv_pool=None, input_dtype=torch.bfloat16)
     with pytest.raises(verify.VerifyLayoutError, match="whole number"):
         verify.forward_target_verify_5d(ragged, q, _layer(0, False), fb)
+
+
+# ---------------------------------------------------------------------------
+# fail closed: what only the process knows
+
+
+def _spec(on=True):
+    return NS(is_none=lambda: not on)
+
+
+def test_speculative_readiness_rules():
+    from sglang_kv5d.speculative.readiness import speculative_problem
+
+    applied = lambda name: "applied"  # noqa: E731
+    ok_backend = NS(use_mla=False, topk=1, decode_uses_page_table=True, _use_unified_verify=True)
+    target = NS(spec_algorithm=_spec(), is_draft_worker=False)
+    draft = NS(spec_algorithm=_spec(), is_draft_worker=True)
+    assert speculative_problem(NS(spec_algorithm=_spec(False)), ok_backend, pool_is_5d=True, patch_state=applied) is None
+    assert speculative_problem(target, ok_backend, pool_is_5d=True, patch_state=applied) is None
+    assert speculative_problem(draft, ok_backend, pool_is_5d=False, patch_state=applied) is None
+    assert "explicit 5D label" in speculative_problem(draft, ok_backend, pool_is_5d=True, patch_state=applied)
+    assert "draft-pool-nhd is failed" in speculative_problem(draft, ok_backend, pool_is_5d=True,
+                                                             patch_state=lambda n: "failed")
+    assert "target-verify-5d, which is disabled" in speculative_problem(target, ok_backend, pool_is_5d=True,
+                                                                        patch_state=lambda n: "disabled")
+    topk4 = NS(use_mla=False, topk=4, decode_uses_page_table=True, _use_unified_verify=True)
+    assert "topk is 4" in speculative_problem(target, topk4, pool_is_5d=True, patch_state=applied)
+    old = NS(use_mla=False, topk=1, use_triton_unified_attention=True, _use_unified_verify=False)
+    assert "0.5.23" in speculative_problem(target, old, pool_is_5d=True, patch_state=applied)
+
+
+def test_a_5d_draft_pool_stops_the_backend(monkeypatch, overlay):
+    from sglang_kv5d.activation import Kv5dNotReadyError
+    from sglang_kv5d.patches import fail_closed
+
+    enable_5d(monkeypatch)
+    pool = make_mha_pool(page_size=PAGE, head_num=1, head_dim=D)  # 5D: built outside a draft scope
+    backend = make_aiter_backend(pool, num_q_heads=HQ, num_kv_heads=1, head_dim=D, page_size=PAGE)
+    runner = NS(spec_algorithm=_spec(), is_draft_worker=True, token_to_kv_pool=pool)
+    with pytest.raises(Kv5dNotReadyError, match="draft worker's KV pool is SHUFFLE 5D"):
+        fail_closed._check_speculative(backend, runner)
+    runner.is_draft_worker = False  # the same pool as a target: verify is served
+    fail_closed._check_speculative(backend, runner)

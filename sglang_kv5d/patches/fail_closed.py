@@ -53,6 +53,30 @@ def _check_backend(instance, args, kwargs) -> None:
     model_runner = args[0] if args else kwargs.get("model_runner")
     if model_runner is not None:
         kernel_check.check_backend(instance, model_runner)
+        _check_speculative(instance, model_runner)
+
+
+def _check_speculative(backend, model_runner) -> None:
+    """Speculative decoding over a 5D target, or a 5D draft pool: the patches it needs applied."""
+    from ..activation import fail_closed, status
+    from ..pools import is_vectorized_5d
+    from ..speculative.readiness import speculative_problem
+
+    pool = getattr(model_runner, "token_to_kv_pool", None)
+    if pool is None:
+        return
+    st = status()
+
+    def state(name):
+        try:
+            return st.patch(name).state
+        except Exception:
+            return "not registered"
+
+    problem = speculative_problem(model_runner, backend, pool_is_5d=is_vectorized_5d(pool), patch_state=state)
+    if problem:
+        fail_closed(f"sglang-kv5d: {problem}. Fix: see `sglang-kv5d check --explain KV5D005` "
+                    "(supported: DFLASH, EAGLE/EAGLE3/NEXTN with --speculative-eagle-topk 1, SGLang 0.5.23)")
 
 
 def _guard(where: str, after):

@@ -26,13 +26,10 @@ _WRITE_LOC = "memory_pool.KVWriteLoc.for_layer"
 
 def enable_verify(backend) -> bool:
     """Turn on unified-verify metadata for a 5D, non-MLA, topk-1 backend; returns whether it did."""
-    ok = (
-        bool(getattr(backend, "kv_cache_is_vectorized_5d", False))
-        and not getattr(backend, "use_mla", False)
-        and getattr(backend, "topk", 1) in (None, 1)
-        and hasattr(backend, "decode_uses_page_table")
-        and hasattr(backend, "_use_unified_verify")
-    )
+    from ..speculative.readiness import verify_problem
+
+    is_5d = bool(getattr(backend, "kv_cache_is_vectorized_5d", False))
+    ok = is_5d and verify_problem(backend, is_5d) is None
     setattr(backend, FLAG, ok)
     if ok:
         backend._use_unified_verify = True

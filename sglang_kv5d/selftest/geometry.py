@@ -21,6 +21,7 @@ class Geometry:
     own_lengths: Tuple[int, ...] = (40, 100, 30)  # per request, after the prefix (the last has no prefix)
     chunk: int = 64  # chunked-prefill budget per request per step
     decode_steps: int = 3
+    verify_tokens: int = 16  # speculative drafts each request verifies at once (the verify phase)
     swa_window: int = 48  # sliding_window_size of the SWA pool's window layers
     k_scale: float = 0.5
     v_scale: float = 2.0

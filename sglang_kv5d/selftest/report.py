@@ -19,6 +19,7 @@ class PhaseResult:
     max_abs_err: float = 0.0
     max_ref: float = 0.0
     failures: List[str] = field(default_factory=list)
+    skipped: str = ""  # why the phase did not run on this pool ("" when it ran)
 
     @property
     def tokens_per_s(self) -> float:
@@ -46,6 +47,12 @@ class PhaseResult:
         return d
 
 
+def _verdict(p: dict) -> str:
+    if p.get("skipped"):
+        return f"skipped: {p['skipped']}"
+    return "ok" if not p["failures"] else "MISMATCH"
+
+
 def render(reports: Sequence[dict]) -> str:
     """The reports of run_selftest as the table `sglang-kv5d selftest` prints."""
     lines = []
@@ -66,13 +73,13 @@ def render(reports: Sequence[dict]) -> str:
                 lines.append(f"    {name}: {info['ran']}")
                 for cfg, why in info.get("fallbacks", {}).items():
                     lines.append(f"      portable for {cfg}: {why}")
-        lines.append(f"  {'path':7} {'phase':7} {'pool':11} {'calls':>5} {'tokens':>7} {'max |err|':>10} "
+        lines.append(f"  {'path':7} {'phase':9} {'pool':11} {'calls':>5} {'tokens':>7} {'max |err|':>10} "
                      f"{'max |ref|':>9} {'tokens/s':>10}  result")
         for p in rep["phases"]:
             lines.append(
-                f"  {p.get('path', ''):7} {p['phase']:7} {p['pool']:11} {p['calls']:5d} {p['tokens']:7d} "
+                f"  {p.get('path', ''):7} {p['phase']:9} {p['pool']:11} {p['calls']:5d} {p['tokens']:7d} "
                 f"{p['max_abs_err']:10.2e} {p['max_ref']:9.2f} {p['tokens_per_s']:10.1f}  "
-                f"{'ok' if not p['failures'] else 'MISMATCH'}"
+                f"{_verdict(p)}"
             )
         for name, f in rep.get("backend_flags", {}).items():
             lines.append(f"  backend over {name}: 5D={f['kv_cache_is_vectorized_5d']} "

@@ -42,7 +42,7 @@ def plan_requests(geo: Geometry) -> Tuple[List[Request], int]:
     for rid, own in enumerate(geo.own_lengths):
         shared = rid < len(geo.own_lengths) - 1
         length = (geo.prefix if shared else 0) + own
-        n_pages = -(-(length + geo.decode_steps) // page)
+        n_pages = -(-(length + geo.decode_steps + geo.verify_tokens) // page)
         pages = list(shared_pages) if shared else []
         while len(pages) < n_pages:
             pages.append(next_page)
@@ -109,7 +109,7 @@ class PoolCase:
             self.layer_objs[lid] = NS(
                 layer_id=lid, tp_q_head_num=geo.hq, tp_k_head_num=geo.hkv, tp_v_head_num=geo.hkv,
                 qk_head_dim=geo.head_dim, v_head_dim=geo.head_dim, scaling=1.0 / math.sqrt(geo.head_dim),
-                sliding_window_size=self.window(lid), logit_cap=0.0,
+                sliding_window_size=self.window(lid), logit_cap=0.0, is_cross_attention=False,
                 k_scale=torch.tensor([geo.k_scale], dtype=torch.float32, device=device) if scales else None,
                 v_scale=torch.tensor([geo.v_scale], dtype=torch.float32, device=device) if scales else None,
                 k_scale_float=geo.k_scale if scales else None, v_scale_float=geo.v_scale if scales else None,

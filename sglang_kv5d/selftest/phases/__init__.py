@@ -9,9 +9,10 @@ case of ``run``, holds each attention output against the float64 reference
 
 from __future__ import annotations
 
-from . import decode, extend
+from . import decode, extend, verify
 
 PHASES = (
     extend,  # chunked prefill, shared prefix reused
     decode,  # decode steps for every request
+    verify,  # speculative target verify of draft tokens (causal, and block-parallel), not accepted
 )
