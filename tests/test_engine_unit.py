@@ -87,3 +87,42 @@ def test_no_table_target_is_a_process_target():
     for row in SURFACES.values():
         for target in row.targets:
             assert split_target(target)[1][-1] not in PROCESS_TARGET_NAMES, target
+
+
+@pytest.mark.parametrize("case", ["process-target", "signature", "build", "ok"])
+def test_probe_and_apply_reach_the_same_verdict(fake_module, case):
+    """Probing (doctor, check) runs apply's resolve/check/build: same state, same reason."""
+    def boom(orig):
+        raise RuntimeError("no kernel")
+
+    target, params, make = {
+        "process-target": ("run_scheduler_process", (("a", "b"),), None),
+        "signature": ("helper", (("x", "y"),), None),
+        "build": ("helper", (("a", "b"),), boom),
+        "ok": ("helper", (("a", "b"),), None),
+    }[case]
+    eng, rec = _record("unit.same", f"kv5d_fake_target:{target}", params=params, make=make)
+    original = getattr(fake_module, target)
+    probed = install.probe_patch(rec.patch, eng.surfaces, import_modules=False)
+    assert getattr(fake_module, target) is original  # a probe installs nothing
+    lifecycle.try_apply(eng, rec)
+    assert (probed.state, probed.targets) == (rec.state, rec.targets)
+    if case == "ok":
+        assert probed.reason == install.PROBE_OK and rec.state == APPLIED
+    else:
+        assert probed.reason == rec.reason and rec.state == FAILED
+
+
+def test_gate_version_refusal_wins_over_selection_and_internal_patches_pass():
+    from sglang_kv5d.activation.registry import gate
+    from sglang_kv5d.state import DISABLED, SKIPPED
+    from sglang_kv5d.versions import Verdict
+
+    refused = Verdict("refused", "0.5.9", False, "SGLang 0.5.9 is too old")
+    supported = Verdict("supported", "0.5.23", True, "supported")
+    patch = Patch(name="unit", summary="t", bindings=())
+    assert gate(patch, refused, ("other",)) == (SKIPPED, "SGLang 0.5.9 is too old")
+    assert gate(patch, supported, ("other",)) == (DISABLED, "not selected by SGLANG_KV5D_PATCHES")
+    assert gate(patch, supported, None) is None and gate(patch, supported, ("unit",)) is None
+    internal = Patch(name="guard", summary="t", bindings=(), internal=True)
+    assert gate(internal, refused, ("other",)) is None
