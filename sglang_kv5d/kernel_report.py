@@ -101,9 +101,10 @@ def _kv_caches(g: Geometry, kv: str, blocks: int, target):
     return k, v
 
 
-def _decode_case(g: Geometry, kv: str, batch: int, context: int, window: int = -1) -> Case:
+def _decode_case(g: Geometry, kv: str, batch: int, context: int, window: int = -1, drafts: int = 1) -> Case:
     """batch 1 at a long context splits the context (decode + reduce kernels);
-    a large batch runs one split per sequence (the direct kernel)."""
+    a large batch runs one split per sequence (the direct kernel). ``drafts`` >
+    1: speculative verify, that many query rows per sequence packed in the tile."""
 
     def run(target):
         import torch
@@ -112,16 +113,17 @@ def _decode_case(g: Geometry, kv: str, batch: int, context: int, window: int = -
 
         width = -(-context // PAGE)
         k, v = _kv_caches(g, kv, max(1024, batch * width), target)
-        q = _meta(batch, g.hq, g.d, dtype=torch.bfloat16)
+        q = _meta(batch * drafts, g.hq, g.d, dtype=torch.bfloat16)
         bt = _meta(batch, width, dtype=torch.int32)
-        ctx = _meta(batch, dtype=torch.int32)
+        ctx = _meta(batch * drafts, dtype=torch.int32)
         scale = _meta(1, dtype=torch.float32) if kv == "fp8" else None
         decode_attention_5d(q, k, v, bt, ctx, sm_scale=g.d ** -0.5, k_scale=scale, v_scale=scale,
-                            sliding_window=window, _target=target)
+                            sliding_window=window, queries_per_seq=drafts, _target=target)
 
     what = "split" if batch == 1 else "direct"
     win = f" window={window}" if window > 0 else ""
-    return Case("decode", f"{kv} {g.name} {what} bs={batch} ctx={context}{win}", g, kv, run)
+    spec = f" verify x{drafts}" if drafts > 1 else ""
+    return Case("decode", f"{kv} {g.name} {what} bs={batch} ctx={context}{win}{spec}", g, kv, run)
 
 
 def _extend_case(g: Geometry, kv: str, window: int = -1, causal: bool = True) -> Case:
@@ -175,6 +177,8 @@ def cases(kinds: Optional[Iterable[str]] = None) -> List[Case]:
             out.append(_extend_case(g, kv))
     g0 = GEOMETRIES[0]
     out += [_decode_case(g0, "bf16", 1, 32768, window=127), _extend_case(g0, "bf16", window=127)]
+    # speculative verify: 16 draft rows per sequence packed with the heads (decode kernel)
+    out += [_decode_case(g, kv, b, 32768, drafts=16) for g in GEOMETRIES for kv in ("bf16", "fp8") for b in (1, 128)]
     # block-parallel speculative drafts (DFLASH) attend without the causal mask
     out += [_extend_case(g, "fp8", causal=False) for g in (g0, GEOMETRIES[2])]
     for layout in ("5d", "nhd"):

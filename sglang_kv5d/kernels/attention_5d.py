@@ -321,6 +321,25 @@ def _softmax_step(
     return m_new, l_i, acc
 
 
+@triton.jit
+def _softmax_step_rows(q, k, v, m_i, l_i, acc, seen, v_ok, qk_scale, logit_cap, HAS_CAP: tl.constexpr):
+    """:func:`_softmax_step` with a per-row key mask ``seen`` ``[rows, BLOCK_N]``
+    (packed speculative rows: each sees its own prefix) and ``v_ok`` ``[BLOCK_N]``
+    (the V rows that hold written data; the others are zeroed, NaN included)."""
+    s = tl.dot(q, k) * qk_scale
+    if HAS_CAP:
+        s = logit_cap * _tanh(s / logit_cap)
+    s = tl.where(seen, s * 1.4426950408889634, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = tl.where(v_ok[:, None], v, 0.0)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc
+
+
 # --------------------------------------------------------------------------- decode
 
 
@@ -382,7 +401,7 @@ def _decode_5d_kernel(
     LOAD3D: tl.constexpr,
     USE_PDL: tl.constexpr,
     MASK_TILE: tl.constexpr,
-    Q_PER_SEQ: tl.constexpr = 1,
+    PACK: tl.constexpr = 1,
 ):
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -392,19 +411,36 @@ def _decode_5d_kernel(
     b = (bh // H_KV).to(tl.int64)
 
     offs_h = tl.arange(0, BLOCK_H)
-    g_idx = ht * BLOCK_H + offs_h
-    mask_h = g_idx < G
-    head = kvh * G + g_idx
     offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < D
     offs_n = tl.arange(0, BLOCK_N)
-
-    # lengths outside [0, what the block table covers] are clamped: nothing is
-    # read past the table row or the caches (a length <= 0 gives zeros)
-    ctx = tl.minimum(tl.maximum(tl.load(CTX + b).to(tl.int32), 0), max_ctx)
-    lo = 0
-    if HAS_WINDOW:
-        lo = tl.maximum(ctx - 1 - window, 0)
+    if PACK > 1:
+        # PACK query rows of sequence b (speculative drafts), each with its own
+        # length, share the tile with the G heads of the KV head: row r is
+        # draft r // G, head r % G. K/V tiles are read once for all of them.
+        r = ht * BLOCK_H + offs_h
+        mask_h = r < PACK * G
+        g_idx = r % G
+        qrow = b * PACK + (r // G)
+        ctx_r = tl.load(CTX + qrow, mask=mask_h, other=0).to(tl.int32)
+        ctx_r = tl.minimum(tl.maximum(ctx_r, 0), max_ctx)
+        ctx = tl.max(ctx_r, 0)
+        ctx_lo = tl.min(tl.where(mask_h, ctx_r, max_ctx), 0)  # keys below it are every row's
+        lo_r = tl.zeros([BLOCK_H], tl.int32)
+        if HAS_WINDOW:
+            lo_r = tl.maximum(ctx_r - 1 - window, 0)
+        lo = tl.min(tl.where(mask_h, lo_r, max_ctx), 0)
+        lo = tl.minimum(lo, ctx)
+    else:
+        g_idx = ht * BLOCK_H + offs_h
+        mask_h = g_idx < G
+        # lengths outside [0, what the block table covers] are clamped: nothing is
+        # read past the table row or the caches (a length <= 0 gives zeros)
+        ctx = tl.minimum(tl.maximum(tl.load(CTX + b).to(tl.int32), 0), max_ctx)
+        lo = 0
+        if HAS_WINDOW:
+            lo = tl.maximum(ctx - 1 - window, 0)
+    head = kvh * G + g_idx
     lo_al = (lo // BLOCK_N) * BLOCK_N
     n_tiles = tl.cdiv(ctx - lo_al, BLOCK_N)
     tiles_per_split = tl.cdiv(n_tiles, NUM_SPLITS)
@@ -416,15 +452,22 @@ def _decode_5d_kernel(
     qk_scale = sm_scale * k_scale * FP8_MUL
     v_mul = v_scale * FP8_MUL
 
-    q = tl.load(
-        Q + b * stride_qb + head[:, None] * stride_qh + offs_d[None, :],
-        mask=mask_h[:, None] & mask_d[None, :],
-        other=0.0,
-    ).to(COMPUTE)
+    if PACK > 1:
+        q = tl.load(
+            Q + (qrow * stride_qb + head * stride_qh)[:, None] + offs_d[None, :],
+            mask=mask_h[:, None] & mask_d[None, :],
+            other=0.0,
+        ).to(COMPUTE)
+    else:
+        q = tl.load(
+            Q + b * stride_qb + head[:, None] * stride_qh + offs_d[None, :],
+            mask=mask_h[:, None] & mask_d[None, :],
+            other=0.0,
+        ).to(COMPUTE)
 
     k_head = K + kvh.to(tl.int64) * stride_kh
     v_head = V + kvh.to(tl.int64) * stride_vh
-    bt_row = BT + (b // Q_PER_SEQ) * stride_btb  # Q_PER_SEQ query rows share a sequence's table row
+    bt_row = BT + b * stride_btb
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
@@ -433,6 +476,13 @@ def _decode_5d_kernel(
     # Tiles entirely inside the context need no V masking (their slots hold written
     # data); only the sequence's last, partial tile does, so it is peeled off.
     full_end = tl.minimum(end, (ctx // BLOCK_N) * BLOCK_N)
+    if PACK > 1:
+        # packed rows: only tiles below every row's length (and, with a window,
+        # none) are free of per-row masks
+        if HAS_WINDOW:
+            full_end = start
+        else:
+            full_end = tl.minimum(end, (ctx_lo // BLOCK_N) * BLOCK_N)
     # A tile of a block id outside the cache leaves the state as it was
     # (PAGE_ALIGNED: zeros and -inf scores with MASK_TILE, else a select on
     # the state); otherwise such tokens are masked like tokens outside the
@@ -457,7 +507,19 @@ def _decode_5d_kernel(
                 q, k, v, m_i, l_i, acc, (n0 + offs_n >= lo) & tok_ok, qk_scale, logit_cap, 0.0, HAS_CAP, True, False
             )
     tail = tl.maximum(full_end, start)
-    if tail < end:
+    if PACK > 1:
+        for n0 in tl.range(tail, end, BLOCK_N):
+            tok = n0 + offs_n
+            k, v, tok_ok, tile_ok = _load_kv_tile(
+                k_head, v_head, bt_row, n0, ctx, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
+                D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE, MASK_TILE,
+            )
+            seen = (tok[None, :] < ctx_r[:, None]) & (tok[None, :] >= lo_r[:, None]) & tok_ok[None, :]
+            m_n, l_n, acc_n = _softmax_step_rows(
+                q, k, v, m_i, l_i, acc, seen, (tok < ctx) & tok_ok, qk_scale, logit_cap, HAS_CAP
+            )
+            m_i, l_i, acc = _keep_if(tile_ok, m_n, l_n, acc_n, m_i, l_i, acc)
+    elif tail < end:
         tok = tail + offs_n
         k, v, tok_ok, tile_ok = _load_kv_tile(
             k_head, v_head, bt_row, tail, ctx, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
@@ -480,20 +542,25 @@ def _decode_5d_kernel(
             l_fin = l_i
         l_fin = tl.where(l_fin == 0.0, 1.0, l_fin)
         o = acc / l_fin[:, None] * v_mul
-        tl.store(
-            OUT + b * stride_ob + head[:, None] * stride_oh + offs_d[None, :],
-            o.to(OUT.dtype.element_ty),
-            mask=mask_h[:, None] & mask_d[None, :],
-        )
+        if PACK > 1:
+            o_ptrs = OUT + (qrow * stride_ob + head * stride_oh)[:, None] + offs_d[None, :]
+        else:
+            o_ptrs = OUT + b * stride_ob + head[:, None] * stride_oh + offs_d[None, :]
+        tl.store(o_ptrs, o.to(OUT.dtype.element_ty), mask=mask_h[:, None] & mask_d[None, :])
     else:
         l_safe = tl.where(l_i == 0.0, 1.0, l_i)
         o = acc / l_safe[:, None] * v_mul
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
-        mid = MID_O + b * stride_mb + head * stride_mh + split * stride_ms
+        if PACK > 1:
+            mid = MID_O + qrow * stride_mb + head * stride_mh + split * stride_ms
+            lse_ptrs = MID_LSE + (qrow * (H_KV * G) + head) * NUM_SPLITS + split
+        else:
+            mid = MID_O + b * stride_mb + head * stride_mh + split * stride_ms
+            lse_ptrs = MID_LSE + (b * (H_KV * G) + head) * NUM_SPLITS + split
         tl.store(
             mid[:, None] + offs_d[None, :], o, mask=mask_h[:, None] & mask_d[None, :]
         )
-        tl.store(MID_LSE + (b * (H_KV * G) + head) * NUM_SPLITS + split, lse, mask=mask_h)
+        tl.store(lse_ptrs, lse, mask=mask_h)
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
 
@@ -929,7 +996,9 @@ def _decode_config_amd(D: int, G: int, page: int, X: int, fp8: bool, target: Ker
     block_n = 16 if BD >= 256 else 32
     while page % block_n and block_n > 16:
         block_n //= 2
-    num_warps = 8 if block_h >= 64 and BD >= 256 else 4
+    # 64 query rows (packed speculative drafts) at D<=128 on 4 waves need
+    # 202-209 VGPRs and spill SGPRs (gfx942, Triton 3.8); on 8 waves they fit
+    num_warps = 8 if block_h >= 64 else 4
     return block_n, block_h, num_warps, 1, False
 
 
@@ -1126,8 +1195,9 @@ def decode_attention_5d(
     ``queries_per_seq = N > 1``: query rows ``b*N .. b*N + N-1`` belong to one
     sequence and share ``block_tables[b]`` (speculative verify: row ``b*N + t``
     is draft token ``t``, its own ``context_lens`` entry ends at its position);
-    block_tables then has ``B / N`` rows. Each row reads the sequence's K/V,
-    the N rows of a sequence run side by side and share it through the cache.
+    block_tables then has ``B / N`` rows. The N x G rows of a sequence's KV
+    head are packed into the head tile, so its K/V is read once for all of
+    them (tiles as for a decode of N x G query heads per KV head).
     """
     if not isinstance(q, torch.Tensor) or q.dim() != 3:
         raise ValueError(f"q must be (B, H_q, D), got {getattr(q, 'shape', type(q).__name__)}")
@@ -1157,10 +1227,11 @@ def decode_attention_5d(
         check_metadata_values(block_tables, context_lens, num_blocks=nb, page=page, batch=B, rows_per_table_row=qps)
 
     if _config is None:
-        _config = decode_config(D, G, page, X, fp8_mode > 0, target)
+        _config = decode_config(D, G * qps, page, X, fp8_mode > 0, target)
     block_n, block_h, num_warps, num_stages, load3d, *rest = _config
     launch_opts = {"maxnreg": int(rest[0])} if rest and rest[0] and target.is_nvidia else {}
-    head_tiles = -(-G // block_h)
+    head_tiles = -(-(G * qps) // block_h)
+    seqs = B // qps
     kp, kval, kis = _scale_args(k_scale, q.device)
     vp, vval, vis = _scale_args(v_scale, q.device)
     BLOCK_D = _pow2(D)
@@ -1196,7 +1267,7 @@ def decode_attention_5d(
             FP8_MODE=fp8_mode, FP8_MUL=fp8_mul, K_SCALE_PTR=kis, V_SCALE_PTR=vis,
             HAS_WINDOW=has_window, HAS_CAP=has_cap, HAS_SINK=has_sink, DIRECT=direct,
             COMPUTE=cdt, NUM_STAGES=num_stages, LOAD3D=bool(load3d), USE_PDL=pdl,
-            MASK_TILE=_mask_tile(target, BLOCK_D, fp8_mode > 0), Q_PER_SEQ=qps,
+            MASK_TILE=_mask_tile(target, BLOCK_D, fp8_mode > 0), PACK=qps,
             num_warps=num_warps, **launch_opts,
         )
 
@@ -1214,7 +1285,7 @@ def decode_attention_5d(
             return _decode_5d_kernel.warmup(*args(mo, ml, 2), grid=(1, 2), **constexprs(False, split_pdl))
 
         num_splits = default_num_splits(
-            B, H_kv, head_tiles, block_tables.shape[1] * page, q.device,
+            seqs, H_kv, head_tiles, block_tables.shape[1] * page, q.device,
             resident=_decode_resident(q.device, key, warmup, target), sms=target.compute_units,
         )
     num_splits = max(1, int(num_splits))
@@ -1224,7 +1295,7 @@ def decode_attention_5d(
 
     mid_o, mid_lse = mid_buffers(num_splits)
     pdl = (not direct) and split_pdl
-    grid = (B * H_kv * head_tiles, num_splits)
+    grid = (seqs * H_kv * head_tiles, num_splits)
     _decode_5d_kernel[grid](*args(mid_o, mid_lse, num_splits), **constexprs(direct, pdl))
     if not direct:
         block_dr = min(BLOCK_D, 64)

@@ -18,16 +18,16 @@ for CUDA-graph capture/replay, what this function reads:
     forward_metadata.max_q_len       N (a Python int fixed per captured graph)
     forward_batch.seq_lens           (bs,) prefix lengths on the device
 
-The attention is the overlay's 5D decode kernel with one query row per draft
-token (``decode_attention_5d(..., queries_per_seq=N)``): row ``t`` of a request
-sees ``prefix + t + 1`` keys and the N rows of a request share its page-table
-row; the G query heads of a KV head are packed and long contexts are split,
-as in decode. Measured on an H200 (2026-12-01, ``sglang-kv5d bench --what
-verify``, 16 drafts): 2.9-9.2x one decode step at batch 1, where the prefill
-(extend) kernel, which splits neither, takes 31-131x; 9-13x at batch 32-128,
-where each of the N rows still reads the K/V (6-10% of the read rate for one
-pass of the context). Packing the N x G rows of a request into one tile would
-read the K/V once; it is not built.
+The attention is the overlay's 5D decode kernel with the N drafts of a
+request packed into its head tile (``decode_attention_5d(...,
+queries_per_seq=N)``): row ``t * G + g`` is draft ``t`` of query head ``g``,
+sees ``prefix + t + 1`` keys, and every K/V tile is read once for all N x G
+rows; long contexts are split as in decode. Measured on an H200 (2026-12-01,
+``sglang-kv5d bench --what verify``, 16 drafts): 1.2-3.9x one decode step in
+bf16 and 1.4-6.0x in fp8, against 31-131x through the prefill (extend) kernel,
+which splits neither the context nor shares a tile across heads. The G = 8
+geometry (Qwen3.5 at TP1, 128 rows) is the slowest: two head tiles of 64 rows
+each read the K/V.
 
 No host value is read: the per-row lengths are device ops on ``seq_lens``,
 the grid and split count come from tensor shapes, so the call captures and
