@@ -266,7 +266,7 @@ def test_verify_host_side_reads_no_device_value(monkeypatch):
     k5 = torch.zeros(4, 1, D // 8, PAGE, 8, dtype=torch.bfloat16)
     v5 = torch.zeros(4, 1, PAGE // 8, D, 8, dtype=torch.bfloat16)
     sub = NS(k_buffer=[k5], v_buffer=[v5], dtype=torch.bfloat16, page_size=PAGE)
-    monkeypatch.setattr(importlib.import_module("sglang_kv5d.attention"), "resolve_kv_subpool", lambda pool, lid: (sub, 0))
+    monkeypatch.setattr(importlib.import_module("sglang_kv5d.attention.common"), "resolve_kv_subpool", lambda pool, lid: (sub, 0))
     meta = NS(kv_indices=torch.zeros(2, 4, dtype=torch.int32), swa_page_table=None,
               qo_indptr=torch.tensor([0, 3, 6], dtype=torch.int32), max_q_len=3)
     backend = NS(forward_metadata=meta, token_to_kv_pool=None, input_dtype=torch.bfloat16, kv_cache_dtype=torch.bfloat16)
@@ -289,7 +289,7 @@ def test_verify_refuses_bad_metadata_with_a_message(monkeypatch):
     k5 = torch.zeros(4, 1, D // 8, PAGE, 8, dtype=torch.bfloat16)
     v5 = torch.zeros(4, 1, PAGE // 8, D, 8, dtype=torch.bfloat16)
     sub = NS(k_buffer=[k5], v_buffer=[v5], dtype=torch.bfloat16, page_size=PAGE)
-    monkeypatch.setattr(importlib.import_module("sglang_kv5d.attention"), "resolve_kv_subpool", lambda pool, lid: (sub, 0))
+    monkeypatch.setattr(importlib.import_module("sglang_kv5d.attention.common"), "resolve_kv_subpool", lambda pool, lid: (sub, 0))
     q = torch.randn(6, HQ * D).bfloat16()
     fb = NS(seq_lens=torch.tensor([5, 9]))
     flat = NS(forward_metadata=NS(kv_indices=torch.zeros(20, dtype=torch.int32), swa_page_table=None,

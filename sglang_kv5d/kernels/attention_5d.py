@@ -1022,18 +1022,16 @@ def _decode_config(D: int, G: int, page: int, X: int, fp8: bool):
     ``maxnreg`` (NVIDIA only, ignored elsewhere; none of the defaults set it)
     caps the registers per thread.
 
-    From H200 sweeps (scripts/gpu/attention_sweep*.py): small tiles with a deep
-    cp.async pipeline stream best; 64-token tiles with 3 stages wherever pages
-    allow. (Before the page-aligned tiles were loaded as one flat axis, bf16
-    D=256 preferred 32-token tiles, with a register cap at 128 or more
-    sequence x KV-head pairs; with every sector fetched once, 64-token tiles
-    win on every bf16 D=256 shape measured: 2-20%, docs/benchmarks-attention.md,
-    fourth session.)
+    Measured on the H200 (docs/benchmarks.md, "Decisions and what was
+    tried"): small tiles with a deep cp.async pipeline stream best; 64-token
+    tiles with 3 stages wherever pages allow. With page-aligned tiles loaded as
+    one flat axis (every sector fetched once), 64-token tiles beat 32-token
+    tiles on every bf16 D=256 shape measured, by 2-20%.
     """
     block_h = max(16, min(64, _pow2(G)))
     BD = _pow2(D)
     if page % 64 == 0:
-        # Second H200 sweep: 64-token tiles, 3 stages beat 32x3 by 26-37% (bf16)
+        # H200: 64-token tiles, 3 stages beat 32x3 by 26-37% (bf16)
         # and 64x2 (fp8) at D=128/256.
         block_n, num_stages = 64, 3
     elif fp8 and BD >= 256:
@@ -1060,13 +1058,13 @@ def default_num_splits(
     least 64 tokens (``max_tokens`` is the block-table capacity), or of at
     least 32 tokens while that still fills no more than one wave of one CTA per SM.
 
-    H200 runs (docs/benchmarks-attention.md): a wave that is only partly
-    filled costs a whole wave. bf16 D=256, bs 32, 4/1, ctx 8k, 3 resident CTAs:
+    On the H200 (docs/benchmarks.md) a wave that is only partly filled costs a
+    whole wave. bf16 D=256, bs 32, 4/1, ctx 8k, 3 resident CTAs:
     12 splits (384 CTAs in 396 slots) 102.8 us, 9 splits (the two-wave rule)
     121.0 us, 13 splits 133.6 us; fp8 with 2 resident: 8 splits 51.0 us, 9
     splits 63.7 us. The token floor (bs=1 ctx 1k, 4/1 bf16: 7.5 us at 32
     splits against 12.4 us at 8; ctx 8k: 11.5 us at 128 against 13.7 us at 64)
-    is from the earlier runs.
+    sets the token floor.
     """
     work = max(1, batch * num_kv_heads * head_tiles)
     sms = sms or _sm_count(device)
@@ -1143,7 +1141,7 @@ def _mask_tile(target: KernelTarget, block_d: int, fp8: bool) -> bool:
     sm_90 (Triton 3.6 / 3.8) fp8 at D = 256 takes the select (238-253
     registers, no stack; masked loads needed 255 and spilled) and the rest
     masks (registers as without bounds: D = 128 fp8 154/128 and bf16
-    168/167 on 3.8, bf16 D = 256 with 0-40 B of stack on 3.6 as before; the
+    168/167 on 3.8, bf16 D = 256 with 0-40 B of stack on 3.6, as without them; the
     select cost D = 128 a resident CTA and bf16 D = 256 up to 80 B of
     stack). On gfx950 masking spilled 3-5 SGPRs in the fp8 D = 128 split
     decode: AMD takes the select everywhere (tests/test_amd_gate.py)."""

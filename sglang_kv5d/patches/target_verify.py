@@ -1,4 +1,4 @@
-"""target-verify-5d: TARGET_VERIFY over a 5D target cache with the overlay's extend kernel.
+"""target-verify-5d: TARGET_VERIFY over a 5D target cache with the overlay's packed decode kernel.
 
 Upstream's ``AiterAttnBackend.forward_extend`` handles target verify before its
 5D dispatch, viewing the 5D cache as NHD. This patch:
@@ -91,7 +91,7 @@ def _bind(args, kwargs):
 
 PATCH = Patch(
     name="target-verify-5d",
-    summary="Speculative target verify over a 5D cache: SGLang's fixed-width verify page table, the 5D write, the overlay's extend kernel (CUDA-graph safe).",
+    summary="Speculative target verify over a 5D cache: SGLang's fixed-width verify page table, the 5D write, the overlay's packed decode kernel (CUDA-graph safe).",
     bindings=(
         Binding("aiter_backend.init", _after_init, check_signature=False),
         Binding("aiter_backend.forward_extend", _verify),
@@ -106,8 +106,10 @@ PATCH = Patch(
         "triton extend_attention_fwd (which raises on 5-D buffers). For a 5D, non-MLA backend with topk 1 "
         "the patch turns on SGLang's own unified-verify metadata after __init__ (a fixed-width 2-D page "
         "table over prefix and drafts, built eagerly and for CUDA-graph capture and replay), and in "
-        "forward_extend writes the drafts with the pool's 5D write and runs the overlay's causal extend "
-        "kernel over that table with device-side lengths: no host reads, so the step captures and replays. "
+        "forward_extend writes the drafts with the pool's 5D write and runs the overlay's 5D decode kernel "
+        "with the drafts of a request packed into its head tile (each draft row sees its own prefix, every "
+        "K/V tile is read once) over that table with device-side lengths: no host reads, so the step "
+        "captures and replays. "
         "Other modes, MLA, topk > 1 and NHD backends reach the original unchanged. The page-table flag it "
         "relies on (decode_uses_page_table) exists from 0.5.23; on older releases the backend hook leaves "
         "verify alone and rule KV5D005 refuses speculative decoding."
