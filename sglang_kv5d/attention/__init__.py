@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from . import routing
 from .common import (  # noqa: F401
+    portable_args,
     _dname,
     _fp8_dtypes,
     _is_fp8,

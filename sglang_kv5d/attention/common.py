@@ -193,5 +193,17 @@ def _layer_cache(backend, layer, k_cache=None, v_cache=None):
     return sub, k_cache, v_cache, k_store, v_store, dtype, page
 
 
+def portable_args(layer, backend, kv_dtype, device, *, window: int, sinks, cap: float) -> dict:
+    """The keyword arguments every portable 5D kernel call of ``layer`` takes:
+    softmax scale, per-tensor fp8 scales (fp32 ``[1]`` on ``device``; None for a
+    bf16/fp16 cache), the fp8 dtype, window, sinks and soft cap."""
+    fp8 = _is_fp8(kv_dtype)
+    k_scale = v_scale = None
+    if fp8:
+        k_scale, v_scale = _kv_scales(layer, backend, device)
+    return dict(sm_scale=float(layer.scaling), k_scale=k_scale, v_scale=v_scale,
+                fp8_dtype=kv_dtype if fp8 else None, sliding_window=window, sinks=sinks, logit_cap=cap)
+
+
 def _kernels():
     return importlib.import_module("sglang_kv5d.kernels")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .common import _dname, _is_fp8, _kernels, _kv_scales, _layer_cache, _layer_window, _max_kv_len, _page_table_2d, _scale_tensor, _torch, block_table_from_token_slots, decode_sliding_window_arg
+from .common import portable_args, _dname, _is_fp8, _kernels, _kv_scales, _layer_cache, _layer_window, _max_kv_len, _page_table_2d, _scale_tensor, _torch, block_table_from_token_slots, decode_sliding_window_arg
 from .routing import CONTEXT_PARTITION_SIZE, ConfigKey, _DECODE_FNS, _aiter_fp8_dtype_safe, _is_no_kernel, _remember, _route, _run_portable
 
 
@@ -63,24 +63,9 @@ def forward_decode_vectorized_5d(backend, q, layer, forward_batch, k_cache, v_ca
                 raise
             _remember(key, f"{type(e).__name__}: {e}")
 
-    k_scale = v_scale = None
-    if fp8:
-        k_scale, v_scale = _kv_scales(layer, backend, q.device)
+    kw = portable_args(layer, backend, kv_dtype, q.device, window=window, sinks=sinks, cap=cap)
     _run_portable(key, _DECODE_FNS, unsupported, run_aiter, q.device, lambda: _kernels().decode_attention_5d(
-        q3,
-        k_cache,
-        v_cache,
-        block_tables,
-        context_lens,
-        sm_scale=float(layer.scaling),
-        k_scale=k_scale,
-        v_scale=v_scale,
-        fp8_dtype=kv_dtype if fp8 else None,
-        sliding_window=window,
-        sinks=sinks,
-        logit_cap=cap,
-        num_splits=None,
-        out=o3,
+        q3, k_cache, v_cache, block_tables, context_lens, num_splits=None, out=o3, **kw,
     ))
     return None
 

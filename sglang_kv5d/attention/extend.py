@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .common import _dname, _is_fp8, _kernels, _kv_scales, _layer_cache, _layer_window, _max_kv_len, _qo_indptr, _torch, block_table_from_token_slots, gather_5d_to_linear, quantize_per_tensor
+from .common import portable_args, _dname, _is_fp8, _kernels, _kv_scales, _layer_cache, _layer_window, _max_kv_len, _qo_indptr, _torch, block_table_from_token_slots, gather_5d_to_linear, quantize_per_tensor
 from .routing import ConfigKey, EXTEND_SINKS_UNSUPPORTED, _EXTEND_FNS, _aiter_fp8_dtype_safe, _is_no_kernel, _remember, _route, _run_portable
 
 
@@ -79,26 +79,10 @@ def forward_extend_vectorized_5d(backend, q, k, v, layer, forward_batch, bs0, wi
         kv_lens = kv_lens.to(torch.int32)
     if qo_indptr.dtype != torch.int32:
         qo_indptr = qo_indptr.to(torch.int32)
-    k_scale = v_scale = None
-    if fp8:
-        k_scale, v_scale = _kv_scales(layer, backend, q.device)
     out = torch.empty((q3.shape[0], hq, dv), dtype=out_dtype, device=q.device)
+    kw = portable_args(layer, backend, kv_dtype, q.device, window=window, sinks=sinks, cap=cap)
     rescued = _run_portable(key, _EXTEND_FNS, unsupported, run_aiter, q.device, lambda: _kernels().extend_attention_5d(
-        q3,
-        k_cache,
-        v_cache,
-        block_tables,
-        qo_indptr,
-        kv_lens,
-        sm_scale=float(layer.scaling),
-        causal=True,
-        k_scale=k_scale,
-        v_scale=v_scale,
-        fp8_dtype=kv_dtype if fp8 else None,
-        sliding_window=window,
-        sinks=sinks,
-        logit_cap=cap,
-        out=out,
+        q3, k_cache, v_cache, block_tables, qo_indptr, kv_lens, causal=True, out=out, **kw,
     ))
     if rescued is not None:  # aiter's result (the portable kernel failed)
         return rescued

@@ -129,29 +129,12 @@ def forward_target_verify_5d(backend, q, layer, forward_batch, sinks: Optional[A
             f"{layer.sliding_window_size} is not defined (the window is relative to each query's position)"
         )
     kv_lens = query_context_lens(forward_batch.seq_lens[:bs], n, causal=causal)
-    fp8 = _attention._is_fp8(kv_dtype)
-    k_scale = v_scale = None
-    if fp8:
-        k_scale, v_scale = _attention._kv_scales(layer, backend, q.device)
     out_dtype = getattr(backend, "input_dtype", None) or q.dtype
     if q3.dtype != out_dtype:
         q3 = q3.to(out_dtype)
     out = torch.empty((q3.shape[0], hq, dv), dtype=out_dtype, device=q.device)
     cap = float(getattr(layer, "logit_cap", 0.0) or 0.0)
-    _attention._kernels().decode_attention_5d(
-        q3,
-        k_cache,
-        v_cache,
-        table[:bs],
-        kv_lens,
-        sm_scale=float(layer.scaling),
-        k_scale=k_scale,
-        v_scale=v_scale,
-        fp8_dtype=kv_dtype if fp8 else None,
-        sliding_window=window,
-        sinks=sinks,
-        logit_cap=cap,
-        out=out,
-        queries_per_seq=n,
-    )
+    kw = _attention.portable_args(layer, backend, kv_dtype, q.device, window=window, sinks=sinks, cap=cap)
+    _attention._kernels().decode_attention_5d(q3, k_cache, v_cache, table[:bs], kv_lens, out=out,
+                                              queries_per_seq=n, **kw)
     return out.reshape(-1, hq * dv)

@@ -216,19 +216,6 @@ def test_extend_full_size():
 
 
 if __name__ == "__main__":
-    if not HAVE_CUDA:
-        print("SKIP: no CUDA/ROCm GPU")
-        sys.exit(0)
-    failed = 0
-    for name, fn in list(globals().items()):
-        if name.startswith("test_") and callable(fn):
-            try:
-                fn()
-                print(f"PASS {name}", flush=True)
-            except Exception as exc:  # noqa: BLE001
-                failed += 1
-                import traceback
+    from tests.gpu.script_mode import run_tests
 
-                traceback.print_exc()
-                print(f"FAIL {name}: {exc}", flush=True)
-    sys.exit(1 if failed else 0)
+    sys.exit(run_tests(globals(), HAVE_CUDA))

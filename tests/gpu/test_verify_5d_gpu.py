@@ -121,16 +121,6 @@ def test_verify_cuda_graph_replay_with_new_lengths_and_table():
 
 
 if __name__ == "__main__":
-    if not HAVE_CUDA:
-        print("SKIP: no CUDA/ROCm GPU")
-        sys.exit(0)
-    failed = 0
-    for name, fn in list(globals().items()):
-        if name.startswith("test_") and callable(fn):
-            try:
-                fn()
-                print(f"PASS {name}", flush=True)
-            except Exception as exc:  # noqa: BLE001
-                failed += 1
-                print(f"FAIL {name}: {type(exc).__name__}: {exc}", flush=True)
-    sys.exit(1 if failed else 0)
+    from tests.gpu.script_mode import run_tests
+
+    sys.exit(run_tests(globals(), HAVE_CUDA))
