@@ -123,7 +123,8 @@ def _decode_case(g: Geometry, kv: str, batch: int, context: int, window: int = -
     what = "split" if batch == 1 else "direct"
     win = f" window={window}" if window > 0 else ""
     spec = f" verify x{drafts}" if drafts > 1 else ""
-    return Case("decode", f"{kv} {g.name} {what} bs={batch} ctx={context}{win}{spec}", g, kv, run)
+    return Case("verify" if drafts > 1 else "decode", f"{kv} {g.name} {what} bs={batch} ctx={context}{win}{spec}",
+                g, kv, run)
 
 
 def _extend_case(g: Geometry, kv: str, window: int = -1, causal: bool = True) -> Case:
@@ -293,6 +294,7 @@ _PATHS = {
     "write": ("fused FP8 write", "SGLang's own FP8 write (the overlay falls back)"),
     "decode": ("portable 5D decode ready", "no portable decode: aiter only (Kv5dNotReadyError without it)"),
     "extend": ("portable 5D extend ready", "no portable extend: aiter only (Kv5dNotReadyError without it)"),
+    "verify": ("5D speculative verify ready", "no 5D speculative verify (target-verify-5d cannot serve)"),
     "store-floor": ("bench only", "bench only: the store floor cannot be timed"),
 }
 
@@ -320,7 +322,7 @@ def summarize(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
         if "vgpr" in rs[0]:
             figures = (f"vgpr+agpr {max(r['vgpr'] + r['agpr'] for r in rs)}, sgpr {max(r['sgpr'] for r in rs)}, "
                        f"LDS {max(r['lds'] for r in rs) // 1024} KiB, {min(r['waves'] for r in rs)} waves/SIMD")
-            if kv == "fp8" and kernel in ("write", "decode", "extend") and "reduce" not in name:
+            if kv == "fp8" and kernel in ("write", "decode", "verify", "extend") and "reduce" not in name:
                 key = "cvt_to_fp8" if kernel == "write" else "cvt_from_fp8"
                 figures += ", fp8 " + ("hardware conversion" if all(r[key] for r in rs) else "integer encoder")
         else:
@@ -339,7 +341,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--arch", required=True, help="gfx942, gfx950, sm_90, or device (the GPU here)")
     p.add_argument("--buffer-ops", choices=("default", "on", "off", "both"), default="default",
                    help="AMD: Triton's buffer-ops knob (default: the installed Triton's own default)")
-    p.add_argument("--kernels", default=None, help="comma-separated: write,decode,extend,store-floor")
+    p.add_argument("--kernels", default=None, help="comma-separated: write,decode,verify,extend,store-floor")
     p.add_argument("--json", action="store_true", help="one JSON document (a list of rows)")
     a = p.parse_args(argv)
     modes = {"default": (None,), "on": (True,), "off": (False,), "both": (True, False)}[a.buffer_ops]

@@ -996,9 +996,12 @@ def _decode_config_amd(D: int, G: int, page: int, X: int, fp8: bool, target: Ker
     block_n = 16 if BD >= 256 else 32
     while page % block_n and block_n > 16:
         block_n //= 2
-    # 64 query rows (packed speculative drafts) at D<=128 on 4 waves need
-    # 202-209 VGPRs and spill SGPRs (gfx942, Triton 3.8); on 8 waves they fit
     num_warps = 8 if block_h >= 64 else 4
+    if block_h >= 64 and BD < 256:
+        # 64 query rows (packed speculative drafts) at D<=128: 8 waves and
+        # 16-token tiles take 103-130 VGPRs, 3-4 waves per SIMD; 32-token tiles
+        # needed 193-209 VGPRs and spilled 1-10 SGPRs (gfx942 / gfx950, Triton 3.5-3.9)
+        block_n = 16
     return block_n, block_h, num_warps, 1, False
 
 

@@ -20,7 +20,7 @@ from .registry import ERROR, Rule, rule as _rule
 SPEC_SGLANG = "0.5.23"
 
 DRAFT_POOL_NHD = "draft-pool-nhd"  # draft workers' KV pools stay NHD while the target is 5D
-TARGET_VERIFY_5D = "target-verify-5d"  # TARGET_VERIFY through the overlay's 5D extend
+TARGET_VERIFY_5D = "target-verify-5d"  # TARGET_VERIFY over the 5D cache (the packed decode kernel)
 PREFIX_VALID_WRITE_5D = "prefix-valid-write-5d"  # DFLASH's commit writes into a 5D pool
 
 CHAIN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")  # allowed only as a chain (topk 1)
@@ -44,11 +44,11 @@ REFUSED = {
 _UNKNOWN = "an algorithm the overlay does not know (a plugin's, or a typo): nothing serves it under 5D"
 
 _SERVED = {
-    "DFLASH": "DFLASH drafts into an NHD pool (draft-pool-nhd), verifies through the overlay's 5D extend "
+    "DFLASH": "DFLASH drafts into an NHD pool (draft-pool-nhd), verifies through the overlay's 5D verify "
               "(target-verify-5d) and commits through a 5D-aware write (prefix-valid-write-5d); SGLang runs "
               "DFLASH with topk 1 whatever is passed",
     "CHAIN": "{name} with topk 1 drafts a chain into an NHD pool (draft-pool-nhd) and verifies it through the "
-             "overlay's 5D extend (target-verify-5d)",
+             "overlay's 5D verify (target-verify-5d)",
 }
 
 _TREE = ("drafts a tree: verifying it needs custom attention masks over the 5D cache and a 5D-aware "
@@ -208,7 +208,7 @@ def speculative_algorithm(ctx: Context) -> Optional[str]:
     backend's target-verify branch views the 5D cache as NHD; DFLASH's commit
     writes (`set_kv_buffer_prefix_valid`) land out of bounds under 5D. The
     overlay's patches `{DRAFT_POOL_NHD}` (draft pools NHD, target 5D),
-    `{TARGET_VERIFY_5D}` (verify through the 5D extend) and
+    `{TARGET_VERIFY_5D}` (verify over the 5D cache) and
     `{PREFIX_VALID_WRITE_5D}` (5D commit writes) fix these on SGLang
     {SPEC_SGLANG}, the only release whose speculative paths the overlay reads
     and tests. The matrix (SGLang {SPEC_SGLANG}, every patch selected):

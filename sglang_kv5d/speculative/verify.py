@@ -22,12 +22,12 @@ The attention is the overlay's 5D decode kernel with the N drafts of a
 request packed into its head tile (``decode_attention_5d(...,
 queries_per_seq=N)``): row ``t * G + g`` is draft ``t`` of query head ``g``,
 sees ``prefix + t + 1`` keys, and every K/V tile is read once for all N x G
-rows; long contexts are split as in decode. Measured on an H200 (2026-12-01,
-``sglang-kv5d bench --what verify``, 16 drafts): 1.2-3.9x one decode step in
-bf16 and 1.4-6.0x in fp8, against 31-131x through the prefill (extend) kernel,
-which splits neither the context nor shares a tile across heads. The G = 8
-geometry (Qwen3.5 at TP1, 128 rows) is the slowest: two head tiles of 64 rows
-each read the K/V.
+rows; long contexts are split as in decode. Measured on an H200 (2026-12-02,
+``sglang-kv5d bench --what verify``, 16 drafts, docs/benchmarks.md): 1.2-3.8x
+one decode step in bf16 and 1.4-5.9x in fp8, against 5.7-134x through the
+prefill (extend) kernel, which neither splits the context nor shares a tile
+across heads. The G = 8 geometry (Qwen3.5 at TP1, 128 rows) is the slowest:
+two head tiles of 64 rows each read the K/V.
 
 No host value is read: the per-row lengths are device ops on ``seq_lens``,
 the grid and split count come from tensor shapes, so the call captures and
