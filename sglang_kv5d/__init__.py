@@ -7,8 +7,9 @@ Importing this package patches nothing and imports neither SGLang nor torch.
     print(sglang_kv5d.status()) # what applied, what is pending and why
     sglang_kv5d.deactivate()    # restore every original object
 
-Where things live: activation/ (engine), surface.py (every SGLang object we
-touch), patches/ (one adapter per patch), pools.py / attention.py (5D core),
+Where things live: activation/ (engine), surface/ (every SGLang object we
+touch), patches/ (one adapter per patch), pools.py / attention/ (5D core),
+speculative/ (speculative decoding over a 5D target),
 kernels/ (Triton kernels + float64 references), rules/ (launch rules),
 cli/ (the ``sglang-kv5d`` command).
 """

@@ -1,0 +1,166 @@
+"""Rows of the SGLang objects the overlay wraps or replaces (see sglang_kv5d.surface)."""
+
+from __future__ import annotations
+
+from ..surface_names import (  # noqa: F401
+    MODULE,
+    ENV,
+    TEXT,
+    PACKAGE,
+    VERSION_MODULE,
+    VERSION_MODULE_OLD,
+    AITER_BACKEND,
+    AITER_UTILS,
+    MEMORY_POOL,
+    SWA_MEMORY_POOL,
+    KV_CACHE_CONFIGURATOR,
+    SERVER_ARGS,
+    RESOLUTION_HOOKS,
+    RESOLUTION_HOOK_STEP,
+    LAUNCH_SERVER,
+    PLUGIN_GROUP,
+    MODULE_PREFIX,
+    PROCESS_TITLE_PREFIX,
+    SERVE_PROG,
+    ENV_PREFIX,
+    ENV_KV_CACHE_LAYOUT,
+    ENV_USE_AITER,
+    ENV_USE_HND_KVCACHE,
+    ENV_PLUGINS,
+)
+from .table import REPLACE, WRAP, Surface
+
+_AITER_BACKEND = AITER_BACKEND
+_AITER_UTILS = AITER_UTILS
+_MEMORY_POOL = MEMORY_POOL
+
+ROWS = (
+    Surface(
+        id="kv_cache_configurator.KVCacheConfigurator.configure",
+        targets=(f"{KV_CACHE_CONFIGURATOR}:KVCacheConfigurator.configure",),
+        action=WRAP,
+        params=(("self", "pre_model_load_memory"),),
+        why=(
+            "Every KV pool of a model runner is built inside configure(); a speculative draft worker's "
+            "configurator has is_draft_worker=True. The overlay marks that call as a draft scope so the "
+            "draft's pools are built NHD (the process-wide layout variable would make them 5D, which the "
+            "draft's triton / AITER NHD paths cannot read)."
+        ),
+        upstream="unfixed in 0.5.16 .. 0.5.23 (draft pools follow SGLANG_AITER_KV_CACHE_LAYOUT)",
+        removal="when draft pools take their layout from the draft backend rather than the process",
+        since="0.5.16",
+    ),
+    Surface(
+        id="aiter_backend.forward_extend",
+        targets=(f"{_AITER_BACKEND}:AiterAttnBackend.forward_extend",),
+        action=WRAP,
+        params=(("self", "q", "k", "v", "layer", "forward_batch", "save_kv_cache", "sinks"),),
+        why=(
+            "The target_verify branch runs before the 5D dispatch and views the 5D cache as NHD "
+            "(unified_attention on k_cache.view(-1, page, H, D)): silently wrong attention. For 5D, "
+            "non-MLA, topk-1 backends the overlay writes the drafts 5D and runs its own extend kernel "
+            "over SGLang's fixed-width verify page table; every other call reaches the original."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23",
+        removal="when AiterAttnBackend's target_verify branch dispatches 5D caches to a 5D kernel",
+    ),
+    Surface(
+        id="aiter_backend.init",
+        targets=(f"{_AITER_BACKEND}:AiterAttnBackend.__init__",),
+        action=WRAP,
+        params=(("self", "model_runner", "skip_prefill", "kv_indptr_buf", "topk"),),
+        why=(
+            "The 5D check is a closure inside __init__ that only looks into SWAKVPool: a "
+            "HybridLinearKVPool (Qwen3.5) holding 5D buffers is reported as NHD. After __init__ "
+            "the overlay recomputes kv_cache_is_vectorized_5d from the physical buffers and the "
+            "decode page-table flag (decode_uses_page_table on 0.5.23, use_triton_unified_attention "
+            "before). The fail-closed guard also runs here."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23",
+        removal="when AiterAttnBackend detects 5D through composite pools (HybridLinearKVPool, nested)",
+    ),
+    Surface(
+        id="aiter_utils.forward_extend_vectorized_5d",
+        targets=(f"{_AITER_UTILS}:forward_extend_vectorized_5d",),
+        action=REPLACE,
+        params=(("backend", "q", "k", "v", "layer", "forward_batch", "bs0", "window_size", "sinks"),),
+        copies=(_AITER_BACKEND,),
+        why=(
+            "Resolves sub-pools only through layers_mapping (SWA), reads raw buffers without "
+            "the layer-transfer wait, and has no way out when aiter has no kernel (page 64)."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23",
+        removal="when upstream resolves hybrid pools, waits for the layer and has a portable fallback",
+    ),
+    Surface(
+        id="aiter_utils.forward_decode_vectorized_5d",
+        targets=(f"{_AITER_UTILS}:forward_decode_vectorized_5d",),
+        action=REPLACE,
+        params=(("backend", "q", "layer", "forward_batch", "k_cache", "v_cache", "o", "sinks"),),
+        copies=(_AITER_BACKEND,),
+        why=(
+            "Never passes query_scale and calls pa_decode_gluon in a form that raises on aiter "
+            "v0.1.10 .. v0.1.13; no portable path when aiter is missing."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23",
+        removal="when upstream calls pa_decode_gluon by keyword with query_scale",
+    ),
+    Surface(
+        id="memory_pool.MHATokenToKVPool.set_kv_buffer",
+        targets=(f"{_MEMORY_POOL}:MHATokenToKVPool.set_kv_buffer",),
+        action=WRAP,
+        params=(
+            ("self", "layer", "loc_info", "cache_k", "cache_v", "k_scale", "v_scale"),
+            ("self", "layer", "loc", "cache_k", "cache_v", "k_scale", "v_scale"),
+        ),
+        why=(
+            "The FP8 path divides the caller's k/v in place (corrupting the fresh-prompt extend "
+            "that attends over them afterwards), turns out-of-range values into NaN on "
+            "e4m3fnuz, and takes 3-5 kernels; the overlay writes NHD and 5D FP8 in one kernel."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23",
+        removal="when upstream quantizes out of place with saturation in one kernel",
+        frozen_at_import="memory_pool._use_aiter (SGLANG_USE_AITER is read once, at import)",
+    ),
+    Surface(
+        id="memory_pool.MHATokenToKVPool.set_kv_buffer_prefix_valid",
+        targets=(f"{_MEMORY_POOL}:MHATokenToKVPool.set_kv_buffer_prefix_valid",),
+        action=WRAP,
+        params=(("self", "layer", "loc_2d", "commit_lens", "cache_k", "cache_v", "k_scale", "v_scale",
+                 "layer_id_override"),),
+        why=(
+            "DFLASH/DSPARK commit writes have no 5D branch: on CUDA/HIP the tiled kernels copy each "
+            "committed row to loc * stride(0), a whole page under vectorized_5d (out of bounds, the slot "
+            "never written). The overlay writes the committed rows of a 5D pool 5D-addressed, with the "
+            "bytes set_kv_buffer writes; other pools reach the original."
+        ),
+        upstream="unfixed in 0.5.16 .. 0.5.23 (the method exists from 0.5.16)",
+        removal="when set_kv_buffer_prefix_valid addresses SHUFFLE 5D buffers by (block, slot)",
+        since="0.5.16",
+    ),
+    Surface(
+        id="memory_pool.MHATokenToKVPool.__init__",
+        targets=(f"{_MEMORY_POOL}:MHATokenToKVPool.__init__",),
+        action=WRAP,
+        params=None,
+        why=(
+            "Fail-closed guard: when 5D is requested and a patch that 5D needs is not applied, "
+            "building the first MHA pool raises an error naming the patch (SGLang swallows "
+            "plugin exceptions, so activation alone cannot stop startup)."
+        ),
+        upstream="n/a (overlay policy)",
+        removal="never while the overlay patches correctness",
+    ),
+    Surface(
+        id="server_args.ServerArgs.check_server_args",
+        targets=("sglang.srt.server_args:ServerArgs.check_server_args",),
+        action=WRAP,
+        params=(("self",),),
+        why=(
+            "Runs the launch rules (unified memory, speculative decoding, HiCache/LMCache, HND, "
+            "page size, backend) inside SGLang, so launch_server and sgl.Engine scripts get them."
+        ),
+        upstream="SGLang has no 5D compatibility checks in any version",
+        removal="when SGLang validates these combinations itself",
+    ),
+)
