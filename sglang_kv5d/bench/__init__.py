@@ -9,4 +9,5 @@
                          fp8_write_report.py: targets, table)
     attention.py         5D decode attention against SGLang's Triton decode kernel (attention_cases.py,
                          attention_peer.py, attention_extend.py, attention_report.py)
+    verify.py            speculative target verify over 5D against the extend kernel and one decode step
 """
