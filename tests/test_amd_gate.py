@@ -253,16 +253,23 @@ def test_every_kernel_compiles_fits_and_takes_no_scratch(gate, version, arch):
         assert not [r for r in rows if r["spills"]], "local-memory spills on sm_90"
 
 
-@pytest.mark.parametrize("version,arch", [(v, a) for v, a in _cells() if a != "sm_90"])
-def test_decode_reaches_two_waves_without_sgpr_spills_and_never_fewer_than_aiter(gate, version, arch):
+def _assert_two_waves_without_sgpr_spills(gate, version, arch, kernel):
+    """The decode kernel's cases of ``kernel`` (decode, or verify: drafts packed):
+    at D=256 >= 2 waves/SIMD, and no SGPR spills anywhere. Returns the rows."""
     rows = [r for r in _rows(gate, version, arch)
-            if r["name"] == "_decode_5d_kernel" and r["kernel"] == "decode" and r["ok"]]
-    assert rows, "no decode kernel compiled"
+            if r["name"] == "_decode_5d_kernel" and r["kernel"] == kernel and r["ok"]]
+    assert rows, f"no {kernel} kernel compiled"
     short = [f"{r['case']} bufops={r['buffer_ops']}: {r['waves']} waves" for r in rows
              if r["d"] == 256 and r["waves"] < 2]
-    assert not short, "decode at D=256 below 2 waves/SIMD:\n" + "\n".join(short)
+    assert not short, f"{kernel} at D=256 below 2 waves/SIMD:\n" + "\n".join(short)
     spills = [f"{r['case']} bufops={r['buffer_ops']}: {r['sgpr_spill']} SGPRs" for r in rows if r["sgpr_spill"]]
-    assert not spills, "decode spills SGPRs:\n" + "\n".join(spills)
+    assert not spills, f"{kernel} spills SGPRs:\n" + "\n".join(spills)
+    return rows
+
+
+@pytest.mark.parametrize("version,arch", [(v, a) for v, a in _cells() if a != "sm_90"])
+def test_decode_reaches_two_waves_without_sgpr_spills_and_never_fewer_than_aiter(gate, version, arch):
+    rows = _assert_two_waves_without_sgpr_spills(gate, version, arch, "decode")
     behind = []
     for r in rows:
         if r["geometry"] in PEER_HEADS.values() and r["buffer_ops"] is True:
@@ -274,14 +281,7 @@ def test_decode_reaches_two_waves_without_sgpr_spills_and_never_fewer_than_aiter
 
 @pytest.mark.parametrize("version,arch", [(v, a) for v, a in _cells() if a != "sm_90"])
 def test_verify_reaches_two_waves_without_sgpr_spills(gate, version, arch):
-    rows = [r for r in _rows(gate, version, arch) if r["kernel"] == "verify" and r["ok"]
-            and r["name"] == "_decode_5d_kernel"]
-    assert rows, "no verify kernel compiled"
-    short = [f"{r['case']} bufops={r['buffer_ops']}: {r['waves']} waves" for r in rows
-             if r["d"] == 256 and r["waves"] < 2]
-    assert not short, "verify at D=256 below 2 waves/SIMD:\n" + "\n".join(short)
-    spills = [f"{r['case']} bufops={r['buffer_ops']}: {r['sgpr_spill']} SGPRs" for r in rows if r["sgpr_spill"]]
-    assert not spills, "verify spills SGPRs:\n" + "\n".join(spills)
+    _assert_two_waves_without_sgpr_spills(gate, version, arch, "verify")
 
 
 @pytest.mark.parametrize("version,arch", [(v, a) for v, a in _cells() if a != "sm_90"])

@@ -17,6 +17,8 @@ older backends are left alone and rule KV5D005 refuses speculative decoding ther
 
 from __future__ import annotations
 
+import functools
+
 from .. import surface
 from . import Binding, Patch
 
@@ -45,10 +47,12 @@ def _after_init(original):
     return init
 
 
+@functools.lru_cache(maxsize=1)
 def _write_loc_cls():
+    """SGLang's KVWriteLoc (for_layer is its classmethod), resolved once: verify calls this per layer."""
     from ..activation import resolve_loaded
 
-    return resolve_loaded(surface.SURFACES[_WRITE_LOC]).owner  # KVWriteLoc (for_layer is its classmethod)
+    return resolve_loaded(surface.SURFACES[_WRITE_LOC]).owner
 
 
 def _verify(original):

@@ -36,32 +36,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
-from ..surface_names import (  # noqa: F401  (re-exported: the table's names)
-    MODULE,
-    ENV,
-    TEXT,
-    PACKAGE,
-    VERSION_MODULE,
-    VERSION_MODULE_OLD,
-    AITER_BACKEND,
-    AITER_UTILS,
-    MEMORY_POOL,
-    SWA_MEMORY_POOL,
-    KV_CACHE_CONFIGURATOR,
-    SERVER_ARGS,
-    RESOLUTION_HOOKS,
-    RESOLUTION_HOOK_STEP,
-    LAUNCH_SERVER,
-    PLUGIN_GROUP,
-    MODULE_PREFIX,
-    PROCESS_TITLE_PREFIX,
-    SERVE_PROG,
-    ENV_PREFIX,
-    ENV_KV_CACHE_LAYOUT,
-    ENV_USE_AITER,
-    ENV_USE_HND_KVCACHE,
-    ENV_PLUGINS,
-)
+from ..surface_names import *  # noqa: F401,F403  (re-exported: the table's names)
 from .names import NAMES, Name  # noqa: F401
 from .patched import ROWS as _PATCHED
 from .reads import ROWS as _READS

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict
 
-from ..surface_names import (  # noqa: F401
+from ..surface_names import (
     MODULE,
     ENV,
     TEXT,
@@ -16,13 +16,11 @@ from ..surface_names import (  # noqa: F401
     AITER_UTILS,
     MEMORY_POOL,
     SWA_MEMORY_POOL,
-    KV_CACHE_CONFIGURATOR,
     SERVER_ARGS,
     RESOLUTION_HOOKS,
     RESOLUTION_HOOK_STEP,
     LAUNCH_SERVER,
     PLUGIN_GROUP,
-    MODULE_PREFIX,
     PROCESS_TITLE_PREFIX,
     SERVE_PROG,
     ENV_PREFIX,

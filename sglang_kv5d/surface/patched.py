@@ -2,37 +2,8 @@
 
 from __future__ import annotations
 
-from ..surface_names import (  # noqa: F401
-    MODULE,
-    ENV,
-    TEXT,
-    PACKAGE,
-    VERSION_MODULE,
-    VERSION_MODULE_OLD,
-    AITER_BACKEND,
-    AITER_UTILS,
-    MEMORY_POOL,
-    SWA_MEMORY_POOL,
-    KV_CACHE_CONFIGURATOR,
-    SERVER_ARGS,
-    RESOLUTION_HOOKS,
-    RESOLUTION_HOOK_STEP,
-    LAUNCH_SERVER,
-    PLUGIN_GROUP,
-    MODULE_PREFIX,
-    PROCESS_TITLE_PREFIX,
-    SERVE_PROG,
-    ENV_PREFIX,
-    ENV_KV_CACHE_LAYOUT,
-    ENV_USE_AITER,
-    ENV_USE_HND_KVCACHE,
-    ENV_PLUGINS,
-)
+from ..surface_names import AITER_BACKEND, AITER_UTILS, KV_CACHE_CONFIGURATOR, MEMORY_POOL
 from .table import REPLACE, WRAP, Surface
-
-_AITER_BACKEND = AITER_BACKEND
-_AITER_UTILS = AITER_UTILS
-_MEMORY_POOL = MEMORY_POOL
 
 ROWS = (
     Surface(
@@ -52,7 +23,7 @@ ROWS = (
     ),
     Surface(
         id="aiter_backend.forward_extend",
-        targets=(f"{_AITER_BACKEND}:AiterAttnBackend.forward_extend",),
+        targets=(f"{AITER_BACKEND}:AiterAttnBackend.forward_extend",),
         action=WRAP,
         params=(("self", "q", "k", "v", "layer", "forward_batch", "save_kv_cache", "sinks"),),
         why=(
@@ -66,7 +37,7 @@ ROWS = (
     ),
     Surface(
         id="aiter_backend.init",
-        targets=(f"{_AITER_BACKEND}:AiterAttnBackend.__init__",),
+        targets=(f"{AITER_BACKEND}:AiterAttnBackend.__init__",),
         action=WRAP,
         params=(("self", "model_runner", "skip_prefill", "kv_indptr_buf", "topk"),),
         why=(
@@ -81,10 +52,10 @@ ROWS = (
     ),
     Surface(
         id="aiter_utils.forward_extend_vectorized_5d",
-        targets=(f"{_AITER_UTILS}:forward_extend_vectorized_5d",),
+        targets=(f"{AITER_UTILS}:forward_extend_vectorized_5d",),
         action=REPLACE,
         params=(("backend", "q", "k", "v", "layer", "forward_batch", "bs0", "window_size", "sinks"),),
-        copies=(_AITER_BACKEND,),
+        copies=(AITER_BACKEND,),
         why=(
             "Resolves sub-pools only through layers_mapping (SWA), reads raw buffers without "
             "the layer-transfer wait, and has no way out when aiter has no kernel (page 64)."
@@ -94,10 +65,10 @@ ROWS = (
     ),
     Surface(
         id="aiter_utils.forward_decode_vectorized_5d",
-        targets=(f"{_AITER_UTILS}:forward_decode_vectorized_5d",),
+        targets=(f"{AITER_UTILS}:forward_decode_vectorized_5d",),
         action=REPLACE,
         params=(("backend", "q", "layer", "forward_batch", "k_cache", "v_cache", "o", "sinks"),),
-        copies=(_AITER_BACKEND,),
+        copies=(AITER_BACKEND,),
         why=(
             "Never passes query_scale and calls pa_decode_gluon in a form that raises on aiter "
             "v0.1.10 .. v0.1.13; no portable path when aiter is missing."
@@ -107,7 +78,7 @@ ROWS = (
     ),
     Surface(
         id="memory_pool.MHATokenToKVPool.set_kv_buffer",
-        targets=(f"{_MEMORY_POOL}:MHATokenToKVPool.set_kv_buffer",),
+        targets=(f"{MEMORY_POOL}:MHATokenToKVPool.set_kv_buffer",),
         action=WRAP,
         params=(
             ("self", "layer", "loc_info", "cache_k", "cache_v", "k_scale", "v_scale"),
@@ -124,7 +95,7 @@ ROWS = (
     ),
     Surface(
         id="memory_pool.MHATokenToKVPool.set_kv_buffer_prefix_valid",
-        targets=(f"{_MEMORY_POOL}:MHATokenToKVPool.set_kv_buffer_prefix_valid",),
+        targets=(f"{MEMORY_POOL}:MHATokenToKVPool.set_kv_buffer_prefix_valid",),
         action=WRAP,
         params=(("self", "layer", "loc_2d", "commit_lens", "cache_k", "cache_v", "k_scale", "v_scale",
                  "layer_id_override"),),
@@ -140,7 +111,7 @@ ROWS = (
     ),
     Surface(
         id="memory_pool.MHATokenToKVPool.__init__",
-        targets=(f"{_MEMORY_POOL}:MHATokenToKVPool.__init__",),
+        targets=(f"{MEMORY_POOL}:MHATokenToKVPool.__init__",),
         action=WRAP,
         params=None,
         why=(

@@ -4,42 +4,13 @@ private flags the selftest uses, registration APIs."""
 
 from __future__ import annotations
 
-from ..surface_names import (  # noqa: F401
-    MODULE,
-    ENV,
-    TEXT,
-    PACKAGE,
-    VERSION_MODULE,
-    VERSION_MODULE_OLD,
-    AITER_BACKEND,
-    AITER_UTILS,
-    MEMORY_POOL,
-    SWA_MEMORY_POOL,
-    KV_CACHE_CONFIGURATOR,
-    SERVER_ARGS,
-    RESOLUTION_HOOKS,
-    RESOLUTION_HOOK_STEP,
-    LAUNCH_SERVER,
-    PLUGIN_GROUP,
-    MODULE_PREFIX,
-    PROCESS_TITLE_PREFIX,
-    SERVE_PROG,
-    ENV_PREFIX,
-    ENV_KV_CACHE_LAYOUT,
-    ENV_USE_AITER,
-    ENV_USE_HND_KVCACHE,
-    ENV_PLUGINS,
-)
+from ..surface_names import AITER_BACKEND, MEMORY_POOL, RESOLUTION_HOOKS, SERVER_ARGS
 from .table import READ, Surface
-
-_AITER_BACKEND = AITER_BACKEND
-_AITER_UTILS = AITER_UTILS
-_MEMORY_POOL = MEMORY_POOL
 
 ROWS = (
     Surface(
         id="memory_pool.KVWriteLoc.for_layer",
-        targets=(f"{_MEMORY_POOL}:KVWriteLoc.for_layer",),
+        targets=(f"{MEMORY_POOL}:KVWriteLoc.for_layer",),
         action=READ,
         params=None,
         why="The write location of a layer's new tokens, as forward_extend's 5D write builds it (target verify).",
@@ -126,7 +97,7 @@ ROWS = (
     ),
     Surface(
         id="memory_pool.HybridLinearKVPool._wait_for_layer",
-        targets=(f"{_MEMORY_POOL}:HybridLinearKVPool._wait_for_layer",),
+        targets=(f"{MEMORY_POOL}:HybridLinearKVPool._wait_for_layer",),
         action=READ,
         params=(("self", "layer_id"),),
         why="Layer-wise HiCache/LMCache loading: reads through a hybrid pool wait for the layer first.",
@@ -135,7 +106,7 @@ ROWS = (
     ),
     Surface(
         id="memory_pool.MHATokenToKVPool",
-        targets=(f"{_MEMORY_POOL}:MHATokenToKVPool",),
+        targets=(f"{MEMORY_POOL}:MHATokenToKVPool",),
         action=READ,
         params=None,
         why="The selftest's SWA pool is built of MHA pools (token_to_kv_pool_class).",
@@ -144,7 +115,7 @@ ROWS = (
     ),
     Surface(
         id="memory_pool.HybridLinearKVPool",
-        targets=(f"{_MEMORY_POOL}:HybridLinearKVPool",),
+        targets=(f"{MEMORY_POOL}:HybridLinearKVPool",),
         action=READ,
         params=None,
         why="The selftest's Qwen3.5-like pool (a 5D fp8 MHA pool inside).",
@@ -153,7 +124,7 @@ ROWS = (
     ),
     Surface(
         id="memory_pool.KVWriteLoc",
-        targets=(f"{_MEMORY_POOL}:KVWriteLoc",),
+        targets=(f"{MEMORY_POOL}:KVWriteLoc",),
         action=READ,
         params=None,
         why="0.5.16+: the write location set_kv_buffer takes; the selftest builds them.",
@@ -163,7 +134,7 @@ ROWS = (
     ),
     Surface(
         id="memory_pool._use_aiter",
-        targets=(f"{_MEMORY_POOL}:_use_aiter",),
+        targets=(f"{MEMORY_POOL}:_use_aiter",),
         action=READ,
         params=None,
         why=(
@@ -175,7 +146,7 @@ ROWS = (
     ),
     Surface(
         id="aiter_backend.AiterAttnBackend",
-        targets=(f"{_AITER_BACKEND}:AiterAttnBackend",),
+        targets=(f"{AITER_BACKEND}:AiterAttnBackend",),
         action=READ,
         params=None,
         why="The selftest builds a real backend over its pools from a minimal model runner.",
@@ -184,7 +155,7 @@ ROWS = (
     ),
     Surface(
         id="aiter_backend.AiterAttnBackend._build_verify_unified_metadata",
-        targets=(f"{_AITER_BACKEND}:AiterAttnBackend._build_verify_unified_metadata",),
+        targets=(f"{AITER_BACKEND}:AiterAttnBackend._build_verify_unified_metadata",),
         action=READ,
         params=(("self", "bs", "seq_lens", "req_pool_indices", "draft_num"),),
         why=(
@@ -208,7 +179,7 @@ ROWS = (
         targets=("sglang.srt.runtime_context:get_parallel",),
         action=READ,
         params=None,
-        copies=(_AITER_BACKEND,),
+        copies=(AITER_BACKEND,),
         why="Attention TP/DCP sizes; the selftest answers 1 (one process).",
         upstream="exists from 0.5.16",
         removal="n/a (selftest only)",
@@ -219,7 +190,7 @@ ROWS = (
         targets=("sglang.srt.runtime_context:get_schedule",),
         action=READ,
         params=None,
-        copies=(_AITER_BACKEND,),
+        copies=(AITER_BACKEND,),
         why="The page size; the selftest answers its geometry's.",
         upstream="exists from 0.5.20",
         removal="n/a (selftest only)",
@@ -230,7 +201,7 @@ ROWS = (
         targets=("sglang.srt.runtime_context:get_spec",),
         action=READ,
         params=None,
-        copies=(_AITER_BACKEND,),
+        copies=(AITER_BACKEND,),
         why="Speculative settings; the selftest answers none.",
         upstream="exists from 0.5.20",
         removal="n/a (selftest only)",
@@ -241,7 +212,7 @@ ROWS = (
         targets=("sglang.srt.layers.dp_attention:is_dp_attention_enabled",),
         action=READ,
         params=None,
-        copies=(_AITER_BACKEND,),
+        copies=(AITER_BACKEND,),
         why="DP attention; the selftest answers no.",
         upstream="exists from 0.5.20",
         removal="n/a (selftest only)",
@@ -249,7 +220,7 @@ ROWS = (
     ),
     Surface(
         id="memory_pool.unwrap_write_loc",
-        targets=(f"{_MEMORY_POOL}:unwrap_write_loc",),
+        targets=(f"{MEMORY_POOL}:unwrap_write_loc",),
         action=READ,
         params=(("loc_info",),),
         why="0.5.16+: set_kv_buffer takes a KVWriteLoc; the fp8 write takes the MHA slots from it this way.",
@@ -259,7 +230,7 @@ ROWS = (
     ),
     Surface(
         id="memory_pool.KVCache._check_physical_write_loc",
-        targets=(f"{_MEMORY_POOL}:KVCache._check_physical_write_loc",),
+        targets=(f"{MEMORY_POOL}:KVCache._check_physical_write_loc",),
         action=READ,
         params=(("self", "loc_info", "where"),),
         why="0.5.23: private check set_kv_buffer runs on the write location; the fp8 write runs it too.",
