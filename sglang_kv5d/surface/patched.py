@@ -36,6 +36,36 @@ ROWS = (
         removal="when AiterAttnBackend's target_verify branch dispatches 5D caches to a 5D kernel",
     ),
     Surface(
+        id="aiter_backend._build_verify_unified_metadata",
+        targets=(f"{AITER_BACKEND}:AiterAttnBackend._build_verify_unified_metadata",),
+        action=WRAP,
+        params=(("self", "bs", "seq_lens", "req_pool_indices", "draft_num", "page_table_dest",
+                 "swa_page_table_dest"),),
+        why=(
+            "Sizes each verify row cdiv(max_context_len, page) but its Triton builder writes "
+            "cdiv(seq_len + N, page) block ids with no clamp: a request at the context limit with N >= 2 "
+            "drafts writes into the next request's row (past the tensor on the last row), eagerly and into "
+            "the CUDA-graph buffers. For a backend target-verify-5d serves, the overlay builds rows "
+            "cdiv(max_context_len + N, page) wide, every write clamped to its row."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23 (NHD unified verify overflows the same way)",
+        removal="when the unified-verify tables are sized for the drafts and the builder clamps to its row",
+    ),
+    Surface(
+        id="aiter_backend.init_cuda_graph_state",
+        targets=(f"{AITER_BACKEND}:AiterAttnBackend.init_cuda_graph_state",),
+        action=WRAP,
+        params=(("self", "max_bs", "max_num_tokens", "kv_indices_buf"),),
+        why=(
+            "Allocates the CUDA-graph page tables cdiv(max_context_len, page) wide, too narrow for a verify "
+            "row at the context limit. After it, on a backend target-verify-5d serves, the overlay "
+            "allocates its own persistent (max_bs, cdiv(max_context_len + num_draft_tokens, page)) verify "
+            "tables, which capture and replay both fill."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23",
+        removal="when the CUDA-graph verify tables are sized for the drafts",
+    ),
+    Surface(
         id="aiter_backend.init",
         targets=(f"{AITER_BACKEND}:AiterAttnBackend.__init__",),
         action=WRAP,
