@@ -427,3 +427,88 @@ def test_first_failure_inside_a_capture_falls_back_and_says_so(monkeypatch, over
     assert "at run time, inside a CUDA-graph capture" in w, w
     twin = _sglang_write(factory, 0, loc, k, v, 1.0, 1.0)
     assert torch.equal(pool.k_buffer[0], twin.k_buffer[0]) and torch.equal(pool.v_buffer[0], twin.v_buffer[0])
+
+
+# ---------------------------------------------------------------------------
+# the packed verify kernel of a speculative 5D target, checked at backend build
+
+
+def _eagle():
+    import importlib
+
+    return importlib.import_module("sglang.srt.speculative.spec_info").SpeculativeAlgorithm.EAGLE
+
+
+def _spec_target(monkeypatch, *, drafts=4):
+    import importlib
+
+    from tests.helpers.backend import make_aiter_backend
+
+    importlib.import_module("sglang.srt.layers.attention.aiter_backend")
+    enable_5d(monkeypatch)
+    pool = make_mha_pool(dtype=FP8, page_size=16, head_num=1, head_dim=64, layer_num=1, size=64)
+    return make_aiter_backend(pool, num_q_heads=4, num_kv_heads=1, head_dim=64, spec_algorithm=_eagle(),
+                              num_draft_tokens=drafts)
+
+
+@pytest.mark.parametrize("aiter_present", [True, False])
+def test_speculative_target_checks_the_verify_kernel_at_build(monkeypatch, request, caplog, aiter_present):
+    """Real kernels (interpreter): the packed verify variant compiles and runs before traffic,
+    also when aiter serves decode and extend (verify always runs the portable kernel)."""
+    from tests.helpers.subproc import sglang_version
+    from sglang_kv5d.versions import parse_version
+
+    if parse_version(sglang_version()) < parse_version("0.5.23"):
+        pytest.skip("target-verify-5d serves SGLang 0.5.23 (decode_uses_page_table)")
+    request.getfixturevalue("fake_aiter" if aiter_present else "no_aiter")
+    sglang_kv5d.activate(strict=True)
+    try:
+        with caplog.at_level(logging.INFO, logger="sglang_kv5d"):
+            _spec_target(monkeypatch, drafts=4)
+        verified = [r for (kernel, _), r in kernel_check._checked.items() if kernel == kernel_check.VERIFY]
+        assert len(verified) == 1 and verified[0].ok and verified[0].key[1] == 4, kernel_check._checked
+        assert any("packed verify kernel ran" in r.getMessage() for r in caplog.records)
+    finally:
+        sglang_kv5d.deactivate()
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_failing_verify_kernel_stops_the_speculative_target(monkeypatch, fake_aiter, caplog, strict):
+    """aiter present (decode and extend served), the packed verify kernel failing: the backend refuses
+    at build naming target-verify-5d and the kernel error; a target without speculative decoding is not affected."""
+    from tests.helpers.subproc import sglang_version
+    from sglang_kv5d.versions import parse_version
+
+    if parse_version(sglang_version()) < parse_version("0.5.23"):
+        pytest.skip("target-verify-5d serves SGLang 0.5.23 (decode_uses_page_table)")
+    real = kernels.decode_attention_5d
+    calls = []
+
+    def decode(*args, queries_per_seq=1, **kwargs):
+        if queries_per_seq > 1:
+            calls.append(queries_per_seq)
+            raise compile_error()
+        return real(*args, **kwargs)
+
+    monkeypatch.setitem(vars(kernels), "decode_attention_5d", decode)
+    sglang_kv5d.activate(strict=strict)
+    try:
+        with caplog.at_level(logging.WARNING, logger="sglang_kv5d"):
+            if strict:
+                with pytest.raises(Kv5dNotReadyError) as info:
+                    _spec_target(monkeypatch)
+                msg = str(info.value)
+            else:
+                _spec_target(monkeypatch)
+                (msg,) = _warnings(caplog, "target-verify-5d cannot serve")
+        assert calls == [4]
+        assert "target-verify-5d cannot serve speculative verify" in msg and "no fallback" in msg, msg
+        assert "CompilationError: failed to legalize" in msg and "Fix:" in msg, msg
+        kernel_check.reset()
+        from tests.helpers.backend import make_aiter_backend
+
+        pool = make_mha_pool(dtype=FP8, page_size=16, head_num=1, head_dim=64, layer_num=1, size=64)
+        make_aiter_backend(pool, num_q_heads=4, num_kv_heads=1, head_dim=64)  # no speculative decoding: no check
+        assert calls == [4]
+    finally:
+        sglang_kv5d.deactivate()

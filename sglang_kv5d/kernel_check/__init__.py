@@ -47,6 +47,8 @@ before capture:
                                batches and prefill chunks (each is its own
                                Triton variant)
     check_attention(...)       the same for the portable decode / extend kernels
+    check_verify(...)          the same for the packed verify kernel of a
+                               speculative 5D target (aiter present or not)
     attention_startup(...)     which 5D attention path the process will take,
                                and the Kv5dNotReadyError message when none works
 
@@ -93,6 +95,7 @@ logger = logging.getLogger("sglang_kv5d")
 FP8_WRITE = "write_kv_fp8"
 DECODE = "decode_attention_5d"
 EXTEND = "extend_attention_5d"
+VERIFY = "verify_attention_5d"  # decode_attention_5d with queries_per_seq = N (speculative target verify)
 
 #: (kernel, key) -> reason (the error's type and first line). Read it, never write it.
 FAILED: Dict[Tuple[str, Hashable], str] = {}
@@ -146,15 +149,15 @@ def reset() -> None:
 
 # The checks; imported last, they use the records above.
 from .attention_check import DECODE_WIDE_TOKENS, AttentionDecision, attention_key, attention_shapes  # noqa: E402
-from .attention_check import attention_startup, check_attention  # noqa: E402
+from .attention_check import attention_startup, check_attention, check_verify, verify_refusal  # noqa: E402
 from .write_check import FP8_WRITE_FALLBACK, FP8_WRITE_TOKENS, FP8_WRITE_TOKENS_INTERPRETER  # noqa: E402
 from .write_check import SCRATCH_BYTES_MAX, Fp8WriteKey, check_fp8_write, fp8_write_key, fp8_write_shapes  # noqa: E402
 from .adapters import _fp8_write_patched, check_backend, check_pool  # noqa: E402,F401
 
 __all__ = [
-    "DECODE", "DECODE_WIDE_TOKENS", "EXTEND", "FAILED", "FP8_WRITE", "FP8_WRITE_FALLBACK", "FP8_WRITE_TOKENS",
+    "DECODE", "DECODE_WIDE_TOKENS", "EXTEND", "VERIFY", "FAILED", "FP8_WRITE", "FP8_WRITE_FALLBACK", "FP8_WRITE_TOKENS",
     "FP8_WRITE_TOKENS_INTERPRETER", "SCRATCH_BYTES_MAX", "AttentionDecision", "CheckResult", "Fp8WriteKey",
-    "attention_key", "attention_shapes", "attention_startup", "capturing", "check_attention", "check_backend",
+    "attention_key", "attention_shapes", "attention_startup", "capturing", "check_attention", "check_backend", "check_verify",
     "check_fp8_write", "check_pool", "error_line", "failure", "failures", "fp8_write_key", "fp8_write_shapes",
-    "interpreting", "is_host_validation", "record_failure", "reset", "target_text", "triton_version",
+    "interpreting", "is_host_validation", "record_failure", "reset", "target_text", "triton_version", "verify_refusal",
 ]

@@ -11,7 +11,7 @@ import logging
 from typing import Iterable, List, Optional
 
 from . import CheckResult
-from .attention_check import AttentionDecision, attention_startup, check_attention
+from .attention_check import AttentionDecision, attention_startup, check_attention, check_verify, verify_refusal
 from .write_check import check_fp8_write
 
 logger = logging.getLogger("sglang_kv5d")
@@ -53,7 +53,10 @@ def check_pool(pool, in_dtypes: Iterable = None) -> List[CheckResult]:
 def check_backend(backend, model_runner) -> Optional[AttentionDecision]:
     """At AiterAttnBackend build for a 5D pool: the FP8 write in the model's
     dtype for every leaf pool, then the attention decision (None when the pool
-    is not 5D). Raises Kv5dNotReadyError (strict) when no attention path works."""
+    is not 5D), then, for a speculative target with target-verify-5d applied,
+    the packed verify kernel for its draft count (aiter present or not).
+    Raises Kv5dNotReadyError (strict) when no attention path works or the
+    verify kernel fails."""
     from .. import attention
     from ..pools import is_vectorized_5d, iter_leaf_pools
 
@@ -69,11 +72,7 @@ def check_backend(backend, model_runner) -> Optional[AttentionDecision]:
     from ..activation import status
 
     st = status()
-    try:
-        dispatch = st.patch("attention-dispatch-5d").state
-    except Exception:
-        dispatch = None
-    if dispatch != "applied":
+    if _state(st, "attention-dispatch-5d") != "applied":
         return None  # the fail-closed guard has reported it
     leaf = leaves[0]
     k0, v0 = leaf.k_buffer[0], leaf.v_buffer[0]
@@ -100,4 +99,33 @@ def check_backend(backend, model_runner) -> Optional[AttentionDecision]:
         fail_closed(decision.message)
     else:
         logger.info("sglang-kv5d: 5D attention: %s", decision.message)
+    drafts = verify_drafts(backend, model_runner)
+    if drafts and _state(st, "target-verify-5d") == "applied":
+        results = [check_verify(q_dtype=q_dtype, kv_dtype=leaf.dtype, cache_dtype=k0.dtype, page=int(k0.shape[3]),
+                                x=int(k0.shape[4]), q_heads=int(q_heads), kv_heads=int(k0.shape[1]),
+                                head_dim=int(k0.shape[2] * k0.shape[4]), v_head_dim=int(v0.shape[3]),
+                                device=k0.device, num_drafts=drafts, window=w)
+                   for w in ((False, True) if window else (False,))]
+        refusal = verify_refusal(results)
+        if refusal:
+            from ..activation import fail_closed
+
+            fail_closed(refusal)
     return decision
+
+
+def _state(st, name: str) -> Optional[str]:
+    try:
+        return st.patch(name).state
+    except Exception:
+        return None
+
+
+def verify_drafts(backend, model_runner) -> int:
+    """Draft tokens per request a speculative 5D target verifies (0: not a speculative target)."""
+    spec = getattr(model_runner, "spec_algorithm", None)
+    if spec is None or (callable(getattr(spec, "is_none", None)) and spec.is_none()):
+        return 0
+    if getattr(model_runner, "is_draft_worker", False):
+        return 0
+    return int(getattr(backend, "num_draft_tokens", None) or 0)

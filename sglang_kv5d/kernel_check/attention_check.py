@@ -2,6 +2,9 @@
 
 :func:`check_attention` compiles and runs the portable decode (direct, split
 and reduction kernels) and extend kernels on scratch caches;
+:func:`check_verify` does the same for the packed speculative-verify variant
+of the decode kernel (``queries_per_seq=N``), which serves every 5D target
+verify whether aiter is present or not;
 :func:`attention_startup` decides which path serves 5D attention (aiter, the
 portable kernels, or none: then the Kv5dNotReadyError message).
 """
@@ -13,7 +16,7 @@ import time
 from typing import List, NamedTuple, Optional, Tuple
 
 from .. import config
-from . import DECODE, EXTEND, CheckResult, _checked, _lock, record_failure
+from . import DECODE, EXTEND, VERIFY, CheckResult, _checked, _lock, record_failure
 from .facts import _dname, sync, target_text, triton_version
 
 logger = logging.getLogger("sglang_kv5d")
@@ -102,6 +105,76 @@ def check_attention(*, q_dtype, kv_dtype, cache_dtype, page: int, x: int, q_head
                         attention_shapes(key), result.seconds, triton_version(), target_text(dev))
         results.append(result)
     return results
+
+
+def check_verify(*, q_dtype, kv_dtype, cache_dtype, page: int, x: int, q_heads: int, kv_heads: int,
+                 head_dim: int, v_head_dim: int, device, num_drafts: int, window: bool = False,
+                 when: str = "in the check before traffic") -> CheckResult:
+    """Compile and run the packed verify kernel (``decode_attention_5d(...,
+    queries_per_seq=num_drafts)``) on scratch caches, as the target-verify path
+    calls it: ``(num_drafts, q_heads, head_dim)`` queries of one request, int32
+    per-row lengths, a short table (the direct kernel) and a wide one (split
+    kernel and reduction). There is no fallback: SGLang's own verify is wrong
+    on a 5D cache, so a failure here is the reason the backend refuses."""
+    import torch
+
+    from .. import kernels
+
+    n = int(num_drafts)
+    shape_key = attention_key(VERIFY, q_dtype=q_dtype, kv_dtype=kv_dtype, page=page, q_heads=q_heads,
+                              kv_heads=kv_heads, head_dim=head_dim, v_head_dim=v_head_dim, window=window)
+    key = (shape_key, n)  # each draft count is its own compiled variant (PACK constexpr)
+    with _lock:
+        done = _checked.get((VERIFY, key))
+    if done is not None:
+        return done
+    dev = torch.device(device)
+    fp8 = kv_dtype != cache_dtype or _dname(kv_dtype).startswith("float8")
+    wide_entries = DECODE_WIDE_TOKENS // page
+    start = time.perf_counter()
+    error = None
+    try:
+        kc = torch.zeros((2, kv_heads, head_dim // x, page, x), dtype=cache_dtype, device=dev)
+        vc = torch.zeros((2, kv_heads, page // x, v_head_dim, x), dtype=cache_dtype, device=dev)
+        if kc.dtype != kv_dtype:
+            kc, vc = kc.view(kv_dtype), vc.view(kv_dtype)
+        scale = torch.ones((1,), dtype=torch.float32, device=dev) if fp8 else None
+        common = dict(sm_scale=head_dim ** -0.5, k_scale=scale, v_scale=scale, fp8_dtype=kv_dtype if fp8 else None,
+                      sliding_window=page // 2 if window else -1, sinks=None, logit_cap=0.0)
+        q = torch.zeros((n, q_heads, head_dim), dtype=q_dtype, device=dev)
+        out = torch.empty((n, q_heads, v_head_dim), dtype=q_dtype, device=dev)
+        lens = torch.arange(page + 1, page + 1 + n, dtype=torch.int32, device=dev)  # draft t sees prefix + t + 1
+        short = torch.tensor([[0, 1]], dtype=torch.int32, device=dev)
+        wide = torch.zeros((1, wide_entries), dtype=torch.int32, device=dev)
+        wide[0, 1] = 1
+        for table in (short, wide):
+            kernels.decode_attention_5d(q, kc, vc, table, lens, out=out, queries_per_seq=n, **common)
+        sync(dev)
+    except Exception as exc:
+        error = record_failure(VERIFY, key, exc, shapes=f"{attention_shapes(shape_key)}, {n} drafts per request",
+                               device=dev, fallback="no other 5D verify path (SGLang's is wrong on 5D)", when=when)
+    result = CheckResult(VERIFY, key, error is None, error, time.perf_counter() - start,
+                         (f"{n} drafts, 2 and {wide_entries} table entries",))
+    with _lock:
+        _checked[(VERIFY, key)] = result
+    if error is None:
+        logger.info("sglang-kv5d: kernel check: the packed verify kernel ran for %s, %d drafts, in %.2f s "
+                    "(Triton %s, target %s)", attention_shapes(shape_key), n, result.seconds, triton_version(),
+                    target_text(dev))
+    return result
+
+
+def verify_refusal(results) -> Optional[str]:
+    """The Kv5dNotReadyError text when a verify check failed, else None."""
+    bad = [r for r in results if not r.ok]
+    if not bad:
+        return None
+    causes = "; ".join(r.error or "" for r in bad)
+    return ("sglang-kv5d: target-verify-5d cannot serve speculative verify over the 5D cache: the packed verify "
+            f"kernel (decode_attention_5d with queries_per_seq) failed in the check before traffic ({causes}; "
+            f"Triton {triton_version()}); SGLang's own verify is wrong on a 5D cache, so there is no fallback. "
+            "Fix: a Triton that compiles the kernel (`sglang-kv5d doctor` shows which kernels compile here), "
+            f"or serve without --speculative-algorithm, or unset {config.LAYOUT} to serve with the NHD layout.")
 
 
 class AttentionDecision(NamedTuple):

@@ -43,15 +43,15 @@ def build_pools(geo: Geometry, device: str, fp8_dtype, total_tokens: int):
     return hybrid, swa_pool, full_ids
 
 
-def _fake_runtime_context(module, page_size: int) -> dict:
+def _fake_runtime_context(module, page_size: int, spec=None) -> dict:
     """Replace SGLang's runtime-context accessors on ``module``; returns the originals.
 
     Which accessors exist depends on the SGLang version (surface rows
     runtime_context.* and dp_attention.is_dp_attention_enabled, with their
-    ``since``).
+    ``since``). ``spec``: what ``get_spec()`` returns (no speculative decoding
+    when None).
     """
-    spec = NS(speculative_num_draft_tokens=None, speculative_num_steps=None, speculative_algorithm=None,
-              speculative_attention_mode="prefill")
+    spec = spec or _spec_args()
     fakes = {"runtime_context.get_parallel": lambda: NS(attn_tp_size=1, attn_tp_rank=0, attn_dcp_size=1),
              "runtime_context.get_schedule": lambda: NS(page_size=page_size),
              "runtime_context.get_spec": lambda: spec,
@@ -65,12 +65,22 @@ def _fake_runtime_context(module, page_size: int) -> dict:
     return saved
 
 
+def _spec_args(algorithm=None, num_draft_tokens=None):
+    """The speculative server arguments a backend reads (``get_spec()`` and ``server_args``)."""
+    return NS(speculative_num_draft_tokens=num_draft_tokens, speculative_num_steps=None,
+              speculative_algorithm=None if algorithm is None else str(getattr(algorithm, "name", algorithm)),
+              speculative_eagle_topk=None if algorithm is None else 1, speculative_attention_mode="prefill")
+
+
 def build_backend(pool, *, num_q_heads: int, num_kv_heads: int, head_dim: int, page_size: int, device: str = "cpu",
-                  context_len: int = 4096, max_bs: int = 16, dtype=None):
+                  context_len: int = 4096, max_bs: int = 16, dtype=None, spec_algorithm=None,
+                  num_draft_tokens=None):
     """A real AiterAttnBackend over ``pool`` from a minimal model runner.
 
     Only what ``AiterAttnBackend.__init__`` reads is provided; SGLang's runtime
     context accessors are replaced for the duration of the constructor.
+    ``spec_algorithm`` (SGLang's ``SpeculativeAlgorithm`` member, or None) and
+    ``num_draft_tokens`` make it a speculative target's backend.
     """
     import torch
 
@@ -82,14 +92,15 @@ def build_backend(pool, *, num_q_heads: int, num_kv_heads: int, head_dim: int, p
                       v_head_dim=head_dim, is_hybrid_swa=False)
     req_to_token_pool = NS(req_to_token=torch.zeros(max_bs, context_len, dtype=torch.int32, device=device),
                            size=max_bs)
-    server_args = NS(page_size=page_size, speculative_num_draft_tokens=None, speculative_num_steps=None,
-                     speculative_algorithm=None, speculative_attention_mode="prefill", enable_dp_attention=False,
-                     kv_cache_dtype="auto")
+    spec = _spec_args(spec_algorithm, num_draft_tokens)
+    server_args = NS(page_size=page_size, enable_dp_attention=False, kv_cache_dtype="auto", **vars(spec))
     runner = NS(model_config=model_config, device=device, kv_cache_dtype=dtype, dtype=dtype,
                 req_to_token_pool=req_to_token_pool, kv_index_translator=None, token_to_kv_pool=pool,
                 token_to_kv_pool_allocator=NS(get_kvcache=lambda: pool), server_args=server_args,
                 is_draft_worker=False, sliding_window_size=None, page_size=page_size)
-    saved = _fake_runtime_context(ab, page_size)
+    if spec_algorithm is not None:
+        runner.spec_algorithm = spec_algorithm
+    saved = _fake_runtime_context(ab, page_size, spec)
     try:
         return backend_cls(runner)
     finally:

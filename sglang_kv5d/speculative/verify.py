@@ -7,11 +7,12 @@ AITER backend views the cache as NHD for this (``unified_attention`` on
 ``k_cache.view(-1, page, H, D)``), which on a 5D buffer is silently wrong.
 
 The patch (sglang_kv5d/patches/target_verify.py) turns on SGLang's own
-"unified verify" metadata for 5D targets, so SGLang itself builds, eagerly and
-for CUDA-graph capture/replay, what this function reads:
+"unified verify" metadata for 5D targets and builds its page tables with
+sglang_kv5d.speculative.verify_tables, eagerly and for CUDA-graph
+capture/replay; this function reads:
 
-    forward_metadata.kv_indices      (bs, max_blocks) int32 page table, fixed
-                                     width cdiv(max_context_len, page), covering
+    forward_metadata.kv_indices      (bs, width) int32 page table, fixed width
+                                     cdiv(max_context_len + N, page), covering
                                      prefix + drafts (SGLang writes the drafts'
                                      slots into req_to_token before verify)
     forward_metadata.swa_page_table  the same for the SWA sub-pool, or None
