@@ -202,7 +202,8 @@ PATCH = Patch(
     ),
     problem=(
         "speculative target verify views a 5D cache as NHD in `unified_attention` (silently wrong attention) "
-        "or raises in the triton `extend_attention_fwd`"
+        "or raises in the triton `extend_attention_fwd`; its verify page tables are `cdiv(context_len, page)` "
+        "wide, so a request at the context limit writes its draft page into the next request's row (NHD too)"
     ),
     why=(
         "AiterAttnBackend.forward_extend handles TARGET_VERIFY before its 5D dispatch: unified_attention "
@@ -223,8 +224,10 @@ PATCH = Patch(
         "relies on (decode_uses_page_table) exists from 0.5.23; on older releases the backend hook leaves "
         "verify alone and rule KV5D005 refuses speculative decoding."
     ),
-    upstream="unfixed in every release from 0.5.13.post1 to 0.5.23",
-    removal="when AiterAttnBackend's target_verify branch dispatches 5D caches to a 5D kernel",
+    upstream=("unfixed in every release from 0.5.13.post1 to 0.5.23; the verify-table overflow at the context "
+              "limit hits NHD unified verify too"),
+    removal=("when AiterAttnBackend's target_verify branch dispatches 5D caches to a 5D kernel and its verify "
+             "tables are sized for the drafts"),
     sglang="0.5.23",
     reads=("memory_pool.KVWriteLoc.for_layer",),
     core=("sglang_kv5d.speculative.verify",),
