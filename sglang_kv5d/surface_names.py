@@ -22,6 +22,7 @@ AITER_UTILS = "sglang.srt.layers.attention.aiter_utils"
 MEMORY_POOL = "sglang.srt.mem_cache.memory_pool"
 SWA_MEMORY_POOL = "sglang.srt.mem_cache.swa_memory_pool"
 KV_CACHE_CONFIGURATOR = "sglang.srt.mem_cache.kv_cache_configurator"
+DECODE_KVCACHE_OFFLOAD_MANAGER = "sglang.srt.disaggregation.decode_kvcache_offload_manager"
 SERVER_ARGS = "sglang.srt.server_args"
 RESOLUTION_HOOKS = "sglang.srt.arg_groups.resolution_hooks"
 RESOLUTION_HOOK_STEP = "handle_other_validations"  # the resolution step server-args-guard hooks

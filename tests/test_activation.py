@@ -322,6 +322,7 @@ sglang_kv5d.activate()
 import sglang.srt.layers.attention.aiter_backend as ab
 import sglang.srt.server_args
 import sglang.srt.mem_cache.kv_cache_configurator  # draft-pool-nhd's module (the model runner imports it)
+import sglang.srt.disaggregation.decode_kvcache_offload_manager  # fail-closed-decode-offload's (the scheduler imports it)
 st = sglang_kv5d.status()
 emit(states={p.name: p.state for p in st.patches}, reasons={p.name: p.reason for p in st.patches},
      rebound=getattr(ab.forward_extend_vectorized_5d, "__kv5d_patch__", None))
