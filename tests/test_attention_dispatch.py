@@ -394,6 +394,28 @@ def test_extend_aiter_keywords_and_numbers(monkeypatch, strict_aiter, portable, 
     close(out, s.reference(use_fresh=fresh), tol=tol)
 
 
+@pytest.mark.parametrize("prefix", [(0, 0, 0), (3, 0, 20)])  # the fresh-prompt and the cached-prefix call
+def test_extend_pads_page_indices_for_cks_read_ahead(monkeypatch, strict_aiter, portable, prefix):
+    """CK's batch prefill reads page_idx[N] past the last used entry (ROCm/rocm-libraries#6932):
+    both aiter calls pass the table padded with valid row ids, and the fake (which reads there as
+    CK does) faults on the same call with an exactly sized table."""
+    from sglang_kv5d.attention import extend, page_indices
+
+    s = build(monkeypatch, mode="extend", prefix=prefix, lens=(9, 7, 33))
+    close(run_extend(s), s.reference(use_fresh=not any(prefix)))
+    kw = strict_aiter._fake.calls("mha_batch_prefill_func")[0].kwargs
+    used = int(kw["kv_indptr"][-1])
+    rows = kw["k"].shape[0]
+    assert used == rows == (sum(s.fb.seq_lens.tolist()) - sum(prefix) if not any(prefix) else s.fb.seq_lens_sum)
+    idx = kw["kv_page_indices"]
+    assert idx.dtype == torch.int32 and idx.numel() == used + page_indices.CK_PAGE_TABLE_PAD == used + 256
+    assert idx[:used].tolist() == list(range(used)) and set(idx[used:].tolist()) == {rows - 1}
+    exact = lambda n, device, torch_mod=None: torch.arange(n, dtype=torch.int32, device=device)  # noqa: E731
+    monkeypatch.setattr(extend, "linear_page_indices", exact)
+    with pytest.raises(strict_aiter._fake.PageTableOverRead, match=rf"kv_page_indices\[{used}\]"):
+        run_extend(s)
+
+
 def test_extend_swa_layer_with_window_and_sinks(monkeypatch, strict_aiter, portable, caplog):
     """Per-head sinks: aiter's batch prefill has no kernel for them (attn.EXTEND_SINKS_UNSUPPORTED);
     the portable path serves them from the first call, with one warning; the same layer without

@@ -299,7 +299,8 @@ def _prefill_case(*, dtype=torch.bfloat16, hq=8, hkv=2, d=64, qlens=(4, 7), kvle
     k_store, v_store = torch.empty_like(k), torch.empty_like(v)
     k_store[perm], v_store[perm] = k, v  # token i of the stream lives at row perm[i]
     return dict(q=q.to(dtype), k=k_store.to(dtype), v=v_store.to(dtype), k_log=k, v_log=v, cu_q=cu_q,
-                kv_indptr=kv_indptr, idx=perm.to(torch.int32), qlens=qlens, kvlens=kvlens)
+                kv_indptr=kv_indptr, idx=perm.to(torch.int32), qlens=qlens, kvlens=kvlens,
+                table=torch.cat([perm, perm[-1:]]).to(torch.int32))  # one valid entry past the end (CK reads it)
 
 
 def _prefill_ref(c, *, sm_scale, sliding_window=-1, sinks=None, cap=0.0, kd=1.0, vd=1.0, k_log=None, v_log=None):
@@ -316,7 +317,7 @@ def _prefill_ref(c, *, sm_scale, sliding_window=-1, sinks=None, cap=0.0, kd=1.0,
 
 def _mha_kwargs(c, **over):
     kw = dict(q=c["q"], k=c["k"], v=c["v"], cu_seqlens_q=c["cu_q"], kv_indptr=c["kv_indptr"],
-              kv_page_indices=c["idx"], max_seqlen_q=max(c["qlens"]), max_seqlen_k=max(c["kvlens"]),
+              kv_page_indices=c["table"], max_seqlen_q=max(c["qlens"]), max_seqlen_k=max(c["kvlens"]),
               softmax_scale=0.1, causal=True)
     kw.update(over)
     return kw
@@ -372,7 +373,8 @@ def test_prefill_paged_5d_page_sizes(fake_aiter):
         k5, v5 = _paged_to_5d(kp, vp)
         indptr = torch.tensor([0, nb_per[0], sum(nb_per)], dtype=torch.int32)
         last = torch.tensor([n - (m - 1) * page for n, m in zip(c["kvlens"], nb_per)], dtype=torch.int32)
-        kw = _mha_kwargs(c, k=k5, v=v5, kv_indptr=indptr, kv_page_indices=pages, kv_last_page_lens=last)
+        kw = _mha_kwargs(c, k=k5, v=v5, kv_indptr=indptr, kv_page_indices=torch.cat([pages, pages[-1:]]),
+                         kv_last_page_lens=last)
         if ok:
             out = fake_aiter.mha_batch_prefill_func(**kw)
             torch.testing.assert_close(out.double(), _prefill_ref(c, sm_scale=0.1), atol=2e-2, rtol=2e-2)
@@ -382,6 +384,29 @@ def test_prefill_paged_5d_page_sizes(fake_aiter):
         else:
             with pytest.raises(RuntimeError, match="no matching kernel.*page_size=64"):
                 fake_aiter.mha_batch_prefill_func(**kw)
+
+
+@pytest.mark.parametrize("qlens,kvlens", [((4, 7), (9, 7)), ((4,), (9,)), ((4, 0), (9, 0))])
+def test_prefill_reads_one_entry_past_the_table(fake_aiter, monkeypatch, qlens, kvlens):
+    """CK's V prefetch reads page_idx[N] for a sequence of N pages (ROCm/rocm-libraries#6932): an
+    exactly sized table faults on the last sequence with pages (a trailing empty one looks nothing
+    up), as does a pad that is no page id; one valid entry past the end passes; a middle
+    sequence's over-read lands on the next one's entries."""
+    f = fake_aiter.mha_batch_prefill_func
+    c = _prefill_case(qlens=qlens, kvlens=kvlens)
+    n = sum(kvlens)
+    with pytest.raises(fake_aiter._fake.PageTableOverRead, match=rf"kv_page_indices\[{n}\].*has {n} entries"):
+        f(**_mha_kwargs(c, kv_page_indices=c["idx"]))
+    assert issubclass(fake_aiter._fake.PageTableOverRead, IndexError)
+    for bad in (-1, n):  # not a row of the n-row cache
+        table = torch.cat([c["idx"], torch.tensor([bad], dtype=torch.int32)])
+        with pytest.raises(fake_aiter._fake.PageTableOverRead, match=rf"\[{n}\] = {bad} \(one past.*not a page id"):
+            f(**_mha_kwargs(c, kv_page_indices=table))
+    out = f(**_mha_kwargs(c))
+    monkeypatch.setattr(fake_aiter._fake, "PREFILL_READS_PAST_TABLE", False)  # a CK with the clamp
+    torch.testing.assert_close(f(**_mha_kwargs(c, kv_page_indices=c["idx"])), out)
+    if 0 not in qlens:
+        torch.testing.assert_close(out.double(), _prefill_ref(c, sm_scale=0.1), atol=2e-2, rtol=2e-2)
 
 
 def test_prefill_rejections(fake_aiter):

@@ -36,6 +36,9 @@ Differences from upstream, on purpose:
   1/sqrt(D) default) and, for fp8 caches, quantizes the query with its own
   per-tensor scale (amax / fp8 max, kept on the device) and passes that as
   ``q_descale`` (upstream casts q unscaled and passes ``k_scale`` as q_descale).
+* Extend's ``kv_page_indices`` is padded with valid entries past its last used
+  one (upstream sizes it exactly): CK's batch prefill reads past the table
+  (:mod:`sglang_kv5d.attention.page_indices`).
 * Logit soft-capping has no ``pa_decode_gluon`` parameter; such layers use the
   portable path (upstream drops the cap silently).
 

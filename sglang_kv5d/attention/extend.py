@@ -1,10 +1,14 @@
 """5D extend (chunked prefill): SGLang's ``forward_extend_vectorized_5d``
-through aiter's ``mha_batch_prefill_func`` or the portable kernel."""
+through aiter's ``mha_batch_prefill_func`` or the portable kernel.
+
+Both aiter calls pass a page-index table padded past its last used entry
+(sglang_kv5d.attention.page_indices: CK's batch prefill reads ahead of it)."""
 
 from __future__ import annotations
 
 from typing import Optional
 
+from .page_indices import linear_page_indices
 from .common import portable_args, _dname, _is_fp8, _kernels, _kv_scales, _layer_cache, _layer_window, _max_kv_len, _qo_indptr, _torch, block_table_from_token_slots, gather_5d_to_linear, quantize_per_tensor
 from .routing import ConfigKey, EXTEND_SINKS_UNSUPPORTED, _EXTEND_FNS, _aiter_fp8_dtype_safe, _is_no_kernel, _remember, _route, _run_portable
 
@@ -125,7 +129,7 @@ def _extend_aiter(mha, backend, layer, forward_batch, q3, k, v, k_store, v_store
             v=v_lin,
             cu_seqlens_q=qo_indptr,
             kv_indptr=qo_indptr,
-            kv_page_indices=torch.arange(k_lin.shape[0], dtype=torch.int32, device=device),
+            kv_page_indices=linear_page_indices(k_lin.shape[0], device, torch),  # padded: CK reads past the end
             max_seqlen_q=max_q,
             max_seqlen_k=max_q,
             **common,
@@ -150,7 +154,7 @@ def _extend_aiter(mha, backend, layer, forward_batch, q3, k, v, k_store, v_store
         v=v_lin,
         cu_seqlens_q=qo_indptr,
         kv_indptr=kv_indptr,
-        kv_page_indices=torch.arange(total_kv, dtype=torch.int32, device=device),
+        kv_page_indices=linear_page_indices(total_kv, device, torch),  # padded: CK reads past the end
         max_seqlen_q=int(meta.max_q_len),
         max_seqlen_k=max_kv,
         **common,

@@ -121,12 +121,15 @@ def decode_kwargs(q, k_cache, v_cache, block_tables, context_lens, out, *, sm_sc
 def extend_kwargs(q, k_lin, v_lin, qo_indptr, kv_indptr, *, sm_scale: float, max_q: int, max_kv: int,
                   q_descale=None, k_descale=None, v_descale=None, window=(-1, -1)) -> dict:
     """``mha_batch_prefill_func``'s keywords in the overlay's layout: linear 3D
-    K/V rows (page size 1), ``kv_page_indices`` = arange, causal."""
+    K/V rows (page size 1), ``kv_page_indices`` = arange padded for CK's
+    read-ahead (sglang_kv5d.attention.page_indices), causal."""
     import torch
+
+    from ..attention.page_indices import linear_page_indices
 
     kw = dict(
         q=q, k=k_lin, v=v_lin, cu_seqlens_q=qo_indptr.to(torch.int32), kv_indptr=kv_indptr.to(torch.int32),
-        kv_page_indices=torch.arange(k_lin.shape[0], dtype=torch.int32, device=q.device),
+        kv_page_indices=linear_page_indices(k_lin.shape[0], q.device, torch),
         max_seqlen_q=int(max_q), max_seqlen_k=int(max_kv), dropout_p=0.0, softmax_scale=float(sm_scale),
         logits_soft_cap=0.0, causal=True, window_size=tuple(window), alibi_slopes=None, deterministic=False,
         return_lse=False, return_attn_probs=False, out=None, sink_ptr=None,

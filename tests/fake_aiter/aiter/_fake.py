@@ -47,6 +47,12 @@ PREFILL_PAGE_SIZES = {1, 16, 1024}
 #: e4048607: "no matching kernel". ROCm/aiter#4976 (2026-08-25) makes it True.
 PREFILL_SINK_PTR_KERNELS = False
 
+#: Does batch prefill read ``kv_page_indices`` one entry past each sequence's
+#: last page, as CK's V prefetch does before ROCm/rocm-libraries#6932 (clamped
+#: there; aiter took it in ROCm/aiter#3032)? True: an exactly sized table faults
+#: (:class:`PageTableOverRead`). False models a build with the fix.
+PREFILL_READS_PAST_TABLE = True
+
 #: The GPU architecture pa_decode_gluon sees (it asserts gfx942 or gfx950).
 ARCH = "gfx942" if os.environ.get("FAKE_AITER_FP8") == "e4m3fnuz" else "gfx950"
 
@@ -56,6 +62,11 @@ GLUON = True
 
 class SilentGarbage(AssertionError):
     """The real aiter would accept this call and return garbage."""
+
+
+class PageTableOverRead(IndexError):
+    """Batch prefill read a page-index entry past the table, or an entry that is
+    no valid page id: on a GPU a memory access fault (or a wrong page)."""
 
 
 def reset() -> None:

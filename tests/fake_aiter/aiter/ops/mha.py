@@ -7,7 +7,12 @@ page, x]``, V ``[pages, Hkv, page/x, D_v, x]``). Kernel availability follows the
 CK instance list: paged page sizes other than ``aiter._fake.PREFILL_PAGE_SIZES``,
 dtype/descale combinations without an instance, and (as at e4048607) per-head
 sink logits without sink tokens raise ``RuntimeError`` containing "no matching
-kernel", like the real C++ check. The real Python wrapper's checks come first,
+kernel", like the real C++ check. Like CK before ROCm/rocm-libraries#6932, it
+reads ``kv_page_indices`` one entry past each sequence's last page (the V
+prefetch's ``page_idx[N]``): a table without a valid entry there raises
+``aiter._fake.PageTableOverRead`` (an IndexError), where a GPU would fault
+(``aiter._fake.PREFILL_READS_PAST_TABLE = False`` models the fixed kernel; the
+vLLM-style ``block_table`` route is not modelled). The real Python wrapper's checks come first,
 with its exception types (ValueError for layouts, AssertionError for
 ``sink_ptr``); the C++ checks raise RuntimeError, as TORCH_CHECK does.
 """
@@ -177,6 +182,8 @@ def mha_batch_prefill_func(
         if page > 1:
             check(kv_last_page_lens is not None, "kv_last_page_lens is required when page_size > 1", RuntimeError)
             _int32_vec("kv_last_page_lens", kv_last_page_lens, bsz)
+    if not vllm_table and _fake.PREFILL_READS_PAST_TABLE:
+        _read_ahead(kv_page_indices, kv_indptr, bsz, num_pages)
     check(int(cu_seqlens_q[-1]) == total_q, f"cu_seqlens_q[-1]={int(cu_seqlens_q[-1])} != total_q {total_q}", RuntimeError)
     check(isinstance(window_size, (tuple, list)) and len(window_size) == 2, "window_size must be (left, right)", RuntimeError)
 
@@ -238,6 +245,33 @@ def mha_batch_prefill_func(
     if return_lse:
         return out, lse
     return out
+
+
+def _read_ahead(kv_page_indices, kv_indptr, bsz, num_pages):
+    """CK's V prefetch reads ``page_idx[N]`` for a sequence of N pages (one past
+    its last entry; ROCm/rocm-libraries#6932): entry ``kv_indptr[b + 1]`` of
+    the table. It must exist and hold a valid page id, as on a GPU, where
+    anything else is a memory access fault (or a wrong page)."""
+    from aiter._fake import PageTableOverRead
+
+    n = kv_page_indices.shape[0]
+    for b in range(bsz):
+        start, end = int(kv_indptr[b]), int(kv_indptr[b + 1])
+        if end <= start:
+            continue  # no pages: nothing is looked up
+        if end >= n:
+            raise PageTableOverRead(
+                f"fake aiter: mha_batch_prefill_func reads kv_page_indices[{end}] (one past sequence {b}'s "
+                f"last entry, CK's V prefetch) but kv_page_indices has {n} entries: on a GPU a memory access "
+                "fault (ROCm/rocm-libraries#6932); pad the table past its last used entry with valid page ids"
+            )
+        page = int(kv_page_indices[end])
+        if not 0 <= page < num_pages:
+            raise PageTableOverRead(
+                f"fake aiter: mha_batch_prefill_func reads kv_page_indices[{end}] = {page} (one past sequence "
+                f"{b}'s last entry, CK's V prefetch), not a page id of the {num_pages}-page cache: on a GPU a "
+                "memory access fault or a wrong page (ROCm/rocm-libraries#6932)"
+            )
 
 
 def _page_sizes():
