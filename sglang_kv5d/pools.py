@@ -52,6 +52,7 @@ __all__ = [
     "describe_layout",
     "resolve_kv_subpool",
     "iter_leaf_pools",
+    "unchecked_composites",
     "vector_width",
 ]
 
@@ -138,6 +139,21 @@ def iter_leaf_pools(pool: Any, _depth: int = 0) -> Iterator[Any]:
             yield from iter_leaf_pools(sub, _depth + 1)
     else:
         yield pool
+
+
+def unchecked_composites(pool: Any, checked: Sequence[type], _path: str = "", _depth: int = 0) -> List[Tuple[str, Any]]:
+    """``(path, composite)`` for every composite in the tree whose exact class is
+    not one of ``checked``, outermost first (a subclass of a checked class is not
+    checked: it may read its buffers its own way). ``path`` is "" for ``pool``
+    itself, else the attributes leading to it (``full_kv_pool.swa_kv_pool``)."""
+    if _depth > _MAX_DEPTH:
+        raise PoolLayoutError(f"{_name(pool)}: pool nesting deeper than {_MAX_DEPTH}")
+    if not _is_composite(pool):
+        return []
+    out = [] if type(pool) in tuple(checked) else [(_path, pool)]
+    for attr, sub in _children(pool):
+        out += unchecked_composites(sub, checked, f"{_path}.{attr}" if _path else attr, _depth + 1)
+    return out
 
 
 # --------------------------------------------------------------------------

@@ -21,8 +21,11 @@ PENDING = "pending"  # target module not imported yet
 SKIPPED = "skipped"  # not applicable here (SGLang version refused, patch says so)
 FAILED = "failed"  # probe or install failed; nothing of the patch is installed
 DISABLED = "disabled"  # not selected (SGLANG_KV5D_PATCHES), or overlay deactivated
+UPSTREAM = "upstream"  # provided upstream: this SGLang has the fix, so nothing is installed; 5D counts it satisfied
 
-STATES = (APPLIED, PENDING, SKIPPED, FAILED, DISABLED)
+STATES = (APPLIED, PENDING, SKIPPED, FAILED, DISABLED, UPSTREAM)
+#: States that satisfy a 5D-required patch (the fail-closed guard, the probes, KV5D011).
+SATISFIED = (APPLIED, PENDING, UPSTREAM)
 
 
 @dataclass

@@ -15,7 +15,7 @@ import logging
 
 from .. import config
 from .. import versions as _versions
-from ..state import APPLIED, DISABLED, PENDING, SKIPPED
+from ..state import DISABLED, SATISFIED, SKIPPED
 from .lifecycle import Record, engine
 
 logger = logging.getLogger("sglang_kv5d")
@@ -33,12 +33,13 @@ def enforce_5d_ready(where: str) -> None:
     """Called by the fail-closed guard when a 5D pool / AITER backend is built.
 
     Strict: raise Kv5dNotReadyError naming every 5D-required patch that is not
-    applied, why, and the fix. Non-strict: log each problem once as a warning.
+    applied, pending or provided upstream (state ``upstream``), why, and the
+    fix. Non-strict: log each problem once as a warning.
     """
     eng = engine
     with eng.lock:
         problems = [(name, rec.state, rec.reason, _fix_for(rec)) for name, rec in eng.records.items()
-                    if rec.patch.required_for_5d and rec.state not in (APPLIED, PENDING)]
+                    if rec.patch.required_for_5d and rec.state not in SATISFIED]
         if not problems:
             return
         lines = [

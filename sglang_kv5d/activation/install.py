@@ -24,8 +24,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
-from ..patches import Binding, Patch
-from ..state import APPLIED, FAILED, SKIPPED
+from ..patches import Binding, Patch, ProvidedUpstream, StillNeeded
+from ..state import APPLIED, FAILED, SKIPPED, UPSTREAM
 from ..surface import PROCESS_TARGET_NAMES, READ, REPLACE, WRAP, Surface, describe_params, params_match, split_target
 from ..surface_names import MODULE_PREFIX, PACKAGE
 
@@ -159,7 +159,7 @@ def signature_problem(surface: Surface, fn: Any) -> Optional[str]:
 
 
 class Refused(Exception):
-    """A step refused the patch; ``state`` is FAILED or SKIPPED, the text the reason."""
+    """A step refused the patch; ``state`` is FAILED, SKIPPED or UPSTREAM, the text the reason."""
 
     def __init__(self, reason: str, state: str = FAILED) -> None:
         super().__init__(reason)
@@ -189,16 +189,22 @@ def resolve_patch(patch: Patch, surfaces: Mapping[str, Surface]) -> List[Tuple[B
     return resolved
 
 
-def check_applies(patch: Patch, resolved: List[Tuple[Binding, Resolved]]) -> None:
-    """The patch's own applicability check. Raises Refused (SKIPPED or FAILED)."""
+def check_applies(patch: Patch, resolved: List[Tuple[Binding, Resolved]]) -> Optional[str]:
+    """The patch's own applicability check: None or a note (StillNeeded) to
+    install; raises Refused (UPSTREAM for ProvidedUpstream, SKIPPED, or FAILED)."""
     if patch.applies is None:
-        return
+        return None
     try:
         skip = patch.applies({b.surface: r.function for b, r in resolved})
     except Exception as exc:
         raise Refused(f"applicability check raised {type(exc).__name__}: {exc}") from None
+    if isinstance(skip, ProvidedUpstream):
+        raise Refused(f"provided upstream: {skip}", UPSTREAM)
+    if isinstance(skip, StillNeeded):
+        return str(skip)
     if skip:
         raise Refused(skip, SKIPPED)
+    return None
 
 
 def build(patch: Patch, resolved: List[Tuple[Binding, Resolved]]) -> List[Tuple[Resolved, Any]]:
@@ -317,7 +323,7 @@ def apply_patch(patch: Patch, surfaces: Mapping[str, Surface]) -> Optional[Outco
         targets = [r.target for _, r in resolved]
         if all(patch_marker(r.raw) == patch.name for _, r in resolved) and resolved:
             return Outcome(APPLIED, "already installed in this process (another activation)", targets)
-        check_applies(patch, resolved)
+        note = check_applies(patch, resolved)
         installed, undo = install(patch, build(patch, resolved))
     except Pending:
         return None
@@ -325,6 +331,8 @@ def apply_patch(patch: Patch, surfaces: Mapping[str, Surface]) -> Optional[Outco
         return Outcome(exc.state, str(exc), targets)
     copies = sum(len(i.copies) for i in installed)
     reason = f"{len(installed)} target(s) patched" + (f", {copies} from-import copies rebound" if copies else "")
+    if note:
+        reason += f"; {note}"
     return Outcome(APPLIED, reason, targets, installed, undo)
 
 
@@ -333,8 +341,9 @@ PROBE_OK = "targets resolve, signatures match, replacements build"
 
 def probe_patch(patch: Patch, surfaces: Mapping[str, Surface], import_modules: bool = True) -> Outcome:
     """The checks of :func:`apply_patch` without installing: APPLIED here means
-    "would apply". With ``import_modules`` the target modules are imported
-    first (SGLang and torch: for ``doctor`` and ``check``, never at activation)."""
+    "would apply", UPSTREAM "would stand down (provided upstream)". With
+    ``import_modules`` the target modules are imported first (SGLang and
+    torch: for ``doctor`` and ``check``, never at activation)."""
     if import_modules:
         import importlib
 
@@ -350,10 +359,10 @@ def probe_patch(patch: Patch, surfaces: Mapping[str, Surface], import_modules: b
     try:
         resolved = resolve_patch(patch, surfaces)
         targets = [r.target for _, r in resolved]
-        check_applies(patch, resolved)
+        note = check_applies(patch, resolved)
         build(patch, resolved)
     except Pending as exc:
         return Outcome(FAILED, f"module(s) not importable: {exc}", targets)
     except Refused as exc:
         return Outcome(exc.state, str(exc), targets)
-    return Outcome(APPLIED, PROBE_OK, targets)
+    return Outcome(APPLIED, PROBE_OK + (f"; {note}" if note else ""), targets)

@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from .. import config
 from .. import versions as _versions
 from ..patches import Patch
-from ..state import APPLIED, DISABLED, FAILED, PENDING, PatchStatus, Status, process_role, write_status_file
+from ..state import APPLIED, DISABLED, FAILED, PENDING, UPSTREAM, PatchStatus, Status, process_role, write_status_file
 from ..surface import SURFACES, Surface
 from . import install as _install
 from .registry import discover_patches, gate, patch_modules
@@ -186,7 +186,7 @@ def _report_change(eng: Engine, rec: Record) -> None:
         logger.warning("sglang-kv5d: patch %s failed: %s", rec.patch.name, rec.reason)
     else:
         logger.debug("sglang-kv5d: patch %s %s: %s", rec.patch.name, rec.state, rec.reason)
-    if eng.logged_pid != os.getpid() and rec.state in (APPLIED, FAILED) and not eng.activating:
+    if eng.logged_pid != os.getpid() and rec.state in (APPLIED, FAILED, UPSTREAM) and not eng.activating:
         _report(eng, by="settle")  # first settled patch in a process nobody activated explicitly
     else:
         _write_status_file(snapshot(eng))
@@ -329,7 +329,7 @@ def deactivate() -> Status:
                     _warn(eng, problem)
             rec.installed = []
         for rec in eng.records.values():
-            if rec.state in (APPLIED, PENDING):
+            if rec.state in (APPLIED, PENDING, UPSTREAM):
                 rec.state, rec.reason = DISABLED, "deactivated"
         eng.order = []
         eng.active = False

@@ -20,7 +20,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import config
 from ..patches import BUILTIN_PATCH_MODULES, ENTRY_POINT_GROUP, Patch, load_builtin
-from ..state import APPLIED, DISABLED, FAILED, SKIPPED
+from ..state import APPLIED, DISABLED, FAILED, SKIPPED, UPSTREAM
 from ..surface import Surface
 
 Discovered = Tuple[str, Optional[Patch], Optional[str]]  # (name, patch or None, load error or None)
@@ -86,7 +86,7 @@ def gate(patch: Patch, verdict, selected: Optional[Sequence[str]]) -> Optional[T
 @dataclass
 class PatchProbe:
     name: str
-    ok: bool  # targets resolve, parameters match, replacements build
+    ok: bool  # targets resolve, parameters match, replacements build (or provided upstream)
     reason: str  # the probe's finding
     required_for_5d: bool
     internal: bool
@@ -124,7 +124,7 @@ def probe_patches(import_modules: bool = True, environ: Optional[Mapping[str, st
                 probes.append(PatchProbe(name, False, reason, False, False, [], FAILED, reason))
                 continue
             out = probe_patch(patch, surfaces, import_modules)
-            ok = out.state == APPLIED
+            ok = out.state in (APPLIED, UPSTREAM)
             state, state_reason = gate(patch, verdict, selected) or (out.state, out.reason)
             probes.append(PatchProbe(name, ok, out.reason, patch.required_for_5d, patch.internal, out.targets,
                                      state, state_reason, patch))

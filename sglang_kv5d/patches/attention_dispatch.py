@@ -5,13 +5,16 @@ Replaces ``aiter_utils.forward_extend_vectorized_5d`` and
 sglang_kv5d.attention's versions, and rebinds the from-import copies that
 ``aiter_backend`` holds. The core resolves the layer's buffers through hybrid,
 SWA and nested pools (waiting for the layer first), then runs aiter (every
-argument by keyword, with query_scale) or the portable Triton path.
+argument by keyword, with query_scale) or the portable Triton path. Where
+SGLang's extend resolves hybrid pools itself (sglang#29009) it is installed
+anyway and says so (sglang_kv5d.upstream).
 """
 
 from __future__ import annotations
 
 import functools
 
+from ..upstream import upstream_extend_resolves_hybrid
 from . import Binding, Patch
 
 
@@ -52,15 +55,20 @@ PATCH = Patch(
         "has no kernel (there is no page-64 batch-prefill kernel). The replacements keep the upstream "
         "parameters, are rebound in aiter_backend (which from-imports both), resolve the layer's buffers "
         "through any composite pool after waiting for the layer, and run aiter (every argument by keyword) "
-        "or the portable Triton path (SGLANG_KV5D_ATTN_IMPL, automatic fallback on \"no matching kernel\")."
+        "or the portable Triton path (SGLANG_KV5D_ATTN_IMPL, automatic fallback on \"no matching kernel\"). "
+        "Where the loaded HybridLinearKVPool has a kv_cache_layout property and the upstream extend resolves "
+        "hybrid pools (sglang#29009), the patch still installs, its state saying so: the other defects remain "
+        "as far as any probe can tell."
     ),
+    applies=upstream_extend_resolves_hybrid,
     upstream="unfixed in every release from 0.5.13.post1 to 0.5.23",
     removal="when upstream resolves composite pools, waits for the layer and calls aiter by keyword with query_scale",
     reads=(
         "kernels.launch_gather_shuffle_5d_to_linear",
         "kernels.fp8_dtype",
         "memory_pool.HybridLinearKVPool._wait_for_layer",
+        "memory_pool.HybridLinearKVPool.kv_cache_layout",
         "swa_memory_pool.SWAKVPool",
     ),
-    core=("sglang_kv5d.attention", "sglang_kv5d.kernels.attention_5d"),
+    core=("sglang_kv5d.attention", "sglang_kv5d.kernels.attention_5d", "sglang_kv5d.upstream"),
 )

@@ -5,10 +5,12 @@ After ``AiterAttnBackend.__init__`` this patch recomputes
 (sglang_kv5d.pools.is_vectorized_5d) and then the decode page-table flag that
 follows from it. Why upstream needs it: ``PATCH.why`` below, the one place
 for the reason (patches/pool-layout-detection.toml is generated from it).
+Where SGLang has sglang#29009's surface it stands down (sglang_kv5d.upstream).
 """
 
 from __future__ import annotations
 
+from ..upstream import upstream_detects_layout
 from . import Binding, Patch
 
 
@@ -58,10 +60,16 @@ PATCH = Patch(
         "memory: the views succeed and attention is silently wrong. After __init__ this patch recomputes "
         "kv_cache_is_vectorized_5d from the physical buffers (a pool labelled 5D whose buffers are 4-D/3-D "
         "unified-memory views does not count), then decode_uses_page_table (0.5.23) or "
-        "use_triton_unified_attention (older, with _use_unified_verify kept off)."
+        "use_triton_unified_attention (older, with _use_unified_verify kept off). Where the loaded "
+        "HybridLinearKVPool has a kv_cache_layout property (sglang#29009) and AiterAttnBackend.__init__ reads "
+        "it and sets decode_uses_page_table, the patch stands down (state upstream); the fail-closed backend "
+        "guard then re-checks each AITER backend built under 5D against the physical buffers and refuses "
+        "on a disagreement."
     ),
+    applies=upstream_detects_layout,
     upstream="unfixed in every release from 0.5.13.post1 to 0.5.23",
     removal="when AiterAttnBackend detects 5D through composite pools itself",
-    reads=("swa_memory_pool.SWAKVPool",),
-    core=("sglang_kv5d.pools",),
+    reads=("swa_memory_pool.SWAKVPool", "memory_pool.HybridLinearKVPool",
+           "memory_pool.HybridLinearKVPool.kv_cache_layout"),
+    core=("sglang_kv5d.pools", "sglang_kv5d.upstream"),
 )

@@ -38,8 +38,10 @@ def run_selftest(geo: Geometry, device: str, progress: Optional[Callable[[str], 
     importlib.import_module(AITER_BACKEND)  # the patches install when their modules are imported
     # SGLang picks the aiter pool layout only on ROCm (read once at import); force it for these pools.
     setattr(mp, attr_name("memory_pool._use_aiter"), True)
+    from ..state import APPLIED, UPSTREAM  # upstream: that SGLang has the fix (re-verified at backend build)
+
     status = sglang_kv5d.status()
-    not_applied = {p.name: f"{p.state}: {p.reason}" for p in status.patches if p.name in NEEDED and p.state != "applied"}
+    not_applied = {p.name: f"{p.state}: {p.reason}" for p in status.patches if p.name in NEEDED and p.state not in (APPLIED, UPSTREAM)}
     if not_applied:
         return {"ok": False, "geometry": asdict(geo), "device": device, "phases": [],
                 "error": f"patches not applied: {not_applied}"}

@@ -118,9 +118,25 @@ ROWS = (
         targets=(f"{MEMORY_POOL}:HybridLinearKVPool",),
         action=READ,
         params=None,
-        why="The selftest's Qwen3.5-like pool (a 5D fp8 MHA pool inside).",
+        why=("The selftest's Qwen3.5-like pool (a 5D fp8 MHA pool inside); one of the two composite pool "
+             "classes checked under 5D (the fail-closed backend guard refuses any other, subclasses included)."),
         upstream="stable",
         removal="n/a (read)",
+    ),
+    Surface(
+        id="memory_pool.HybridLinearKVPool.kv_cache_layout",
+        targets=(f"{MEMORY_POOL}:HybridLinearKVPool.kv_cache_layout",),
+        action=READ,
+        params=None,
+        why=(
+            "sglang#29009 (an open pull request) adds this property; where the loaded class has it and "
+            "AiterAttnBackend reads it, pool-layout-detection stands down (sglang_kv5d.upstream probes the "
+            "class, never the version). In no release up to 0.5.23: a newer wheel without it fails the "
+            "contract test on purpose, so that someone checks whether the pull request landed."
+        ),
+        upstream="absent in 0.5.13.post1 .. 0.5.23 (sglang#29009 open)",
+        removal="n/a (probe)",
+        since="0.5.24",
     ),
     Surface(
         id="memory_pool.KVWriteLoc",
@@ -266,7 +282,8 @@ ROWS = (
         targets=("sglang.srt.mem_cache.swa_memory_pool:SWAKVPool",),
         action=READ,
         params=None,
-        why="SWA composite pool (layers_mapping, full_kv_pool, swa_kv_pool) walked by 5D detection.",
+        why=("SWA composite pool (layers_mapping, full_kv_pool, swa_kv_pool) walked by 5D detection; one of "
+             "the two composite pool classes checked under 5D."),
         upstream="stable",
         removal="n/a (read)",
     ),
