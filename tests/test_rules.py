@@ -158,7 +158,7 @@ def test_no_probe_is_reported_as_such(batch):
 SPEC = ROCM + GOOD + ["--speculative-algorithm"]
 # Every patch but the named one(s), as SGLANG_KV5D_PATCHES.
 _ALL_PATCHES = ("pool-layout-detection", "attention-dispatch-5d", "fp8-kv-write", "draft-pool-nhd",
-                "target-verify-5d", "prefix-valid-write-5d", "server-args-guard")
+                "target-verify-5d", "prefix-valid-write-5d", "cpu-copy-5d", "server-args-guard")
 
 
 def _without(*names):
@@ -183,9 +183,20 @@ SPEC_CASES = [
     (["DSPARK"], FIVE_D, False, ("DSPARK", "not built or verified"), ()),
     (["UNO"], FIVE_D, False, ("UNO", "not built or verified"), ()),
     (["MY_PLUGIN_ALGO"], FIVE_D, False, ("MY_PLUGIN_ALGO", "does not know"), ()),
-    (["DFLASH"], {**FIVE_D, "SGLANG_KV5D_PATCHES": _without("prefix-valid-write-5d")}, False,
-     ("DFLASH", "prefix-valid-write-5d is not selected", "SGLANG_KV5D_PATCHES"),
-     ("add prefix-valid-write-5d to SGLANG_KV5D_PATCHES",)),
+    # prefix-valid-write-5d is defensive: DFLASH commits into its NHD draft pool, no cell needs it
+    (["DFLASH"], {**FIVE_D, "SGLANG_KV5D_PATCHES": _without("prefix-valid-write-5d")}, True, (), ()),
+    (["DFLASH"], {**FIVE_D, "SGLANG_KV5D_PATCHES": _without("target-verify-5d")}, False,
+     ("DFLASH", "target-verify-5d is not selected", "SGLANG_KV5D_PATCHES"),
+     ("add target-verify-5d to SGLANG_KV5D_PATCHES",)),
+    # options the matrix refuses, whatever the algorithm's cell
+    (["EAGLE", "--speculative-eagle-topk", "1", "--speculative-adaptive"], FIVE_D, False,
+     ("--speculative-adaptive: the draft count changes at run time",), ("drop --speculative-adaptive",)),
+    (["EAGLE3", "--speculative-eagle-topk", "1", "--enable-multi-layer-eagle"], FIVE_D, False,
+     ("--enable-multi-layer-eagle",), ("drop --enable-multi-layer-eagle",)),
+    (["DFLASH", "--speculative-num-draft-tokens", "0"], FIVE_D, False, ("is not a draft count",), ()),
+    # options with no effect on the 5D target
+    (["DFLASH", "--speculative-draft-window-size", "64", "--speculative-attention-mode", "decode"], FIVE_D, True,
+     (), ()),
     (["EAGLE", "--speculative-eagle-topk", "1"],
      {**FIVE_D, "SGLANG_KV5D_PATCHES": _without("draft-pool-nhd", "target-verify-5d")}, False,
      ("draft-pool-nhd, target-verify-5d are not selected",), ("draft-pool-nhd, target-verify-5d",)),
@@ -262,7 +273,7 @@ def test_speculative_support_version():
 
 def test_speculative_support_patches():
     ok = rules.speculative_support
-    needed = ("draft-pool-nhd", "target-verify-5d", "prefix-valid-write-5d")
+    needed = ("draft-pool-nhd", "target-verify-5d")  # prefix-valid-write-5d is defensive: no cell needs it
     assert ok("DFLASH", None, "0.5.23", set(needed)).allowed
     for missing in needed:
         s = ok("DFLASH", None, "0.5.23", set(needed) - {missing}, known_patches=set(needed))
@@ -273,7 +284,7 @@ def test_speculative_support_patches():
     assert not s.allowed and "draft-pool-nhd is not selected" in s.reason
     # a patch this sglang-kv5d does not have is named as missing, not as deselected
     s = ok("DFLASH", None, "0.5.23", {"draft-pool-nhd"}, known_patches={"draft-pool-nhd"})
-    assert "has no target-verify-5d, prefix-valid-write-5d" in s.reason and "not selected" not in s.reason, s
+    assert "has no target-verify-5d" in s.reason and "not selected" not in s.reason, s
     # every reason at once: version, patch and topk
     s = ok("EAGLE", 4, "0.5.16", {"draft-pool-nhd"}, known_patches=needed)
     assert all(w in s.reason for w in ("0.5.16", "target-verify-5d", "--speculative-eagle-topk 4")), s

@@ -308,8 +308,9 @@ def test_verify_refuses_bad_metadata_with_a_message(monkeypatch):
 # fail closed: what only the process knows
 
 
-def _spec(on=True):
-    return NS(is_none=lambda: not on)
+def _spec(name="DFLASH"):
+    """SGLang's own SpeculativeAlgorithm member, as a ModelRunner holds it."""
+    return importlib.import_module("sglang.srt.speculative.spec_info").SpeculativeAlgorithm[name]
 
 
 def test_speculative_readiness_rules():
@@ -317,20 +318,40 @@ def test_speculative_readiness_rules():
 
     applied = lambda name: "applied"  # noqa: E731
     ok_backend = NS(use_mla=False, topk=1, decode_uses_page_table=True, _use_unified_verify=True)
-    target = NS(spec_algorithm=_spec(), is_draft_worker=False)
+    chain = NS(speculative_eagle_topk=1, speculative_num_draft_tokens=4)
+    target = NS(spec_algorithm=_spec(), is_draft_worker=False, server_args=chain)
     draft = NS(spec_algorithm=_spec(), is_draft_worker=True)
-    assert speculative_problem(NS(spec_algorithm=_spec(False)), ok_backend, pool_is_5d=True, patch_state=applied) is None
-    assert speculative_problem(target, ok_backend, pool_is_5d=True, patch_state=applied) is None
-    assert speculative_problem(draft, ok_backend, pool_is_5d=False, patch_state=applied) is None
-    assert "explicit 5D label" in speculative_problem(draft, ok_backend, pool_is_5d=True, patch_state=applied)
-    assert "draft-pool-nhd is failed" in speculative_problem(draft, ok_backend, pool_is_5d=True,
-                                                             patch_state=lambda n: "failed")
-    assert "target-verify-5d, which is disabled" in speculative_problem(target, ok_backend, pool_is_5d=True,
-                                                                        patch_state=lambda n: "disabled")
-    topk4 = NS(use_mla=False, topk=4, decode_uses_page_table=True, _use_unified_verify=True)
-    assert "topk is 4" in speculative_problem(target, topk4, pool_is_5d=True, patch_state=applied)
+
+    def problem(runner, backend=ok_backend, pool_is_5d=True, state=applied, version="0.5.23"):
+        p = speculative_problem(runner, backend, pool_is_5d=pool_is_5d, patch_state=state, sglang_version=version)
+        return None if p is None else f"{p.message} | fix: {p.fix}"
+
+    assert problem(NS(spec_algorithm=_spec("NONE"))) is None
+    assert problem(target) is None
+    assert problem(target, pool_is_5d=False) is None  # an NHD target is SGLang's business
+    assert problem(draft, pool_is_5d=False) is None
+    assert "explicit 5D label" in problem(draft)
+    assert "draft-pool-nhd is failed" in problem(draft, state=lambda n: "failed")
+    p = problem(target, state=lambda n: "disabled")
+    assert "draft-pool-nhd, target-verify-5d are not selected" in p and "add draft-pool-nhd" in p, p
+    assert "target-verify-5d is failed" in problem(target, state=lambda n: "applied" if n != "target-verify-5d" else "failed")
+    assert problem(target, state=lambda n: "upstream") is None  # provided by the installed SGLang
+    # the algorithm and topk come from the runner and its server args, not from backend.topk (always 1)
+    for name in ("NGRAM", "FROZEN_KV_MTP", "UNO", "DSPARK", "STANDALONE"):
+        p = problem(NS(spec_algorithm=_spec(name), is_draft_worker=False, server_args=chain))
+        assert p and f"--speculative-algorithm {name} over a SHUFFLE 5D target" in p, (name, p)
+    tree = NS(spec_algorithm=_spec("EAGLE"), is_draft_worker=False, server_args=NS(speculative_eagle_topk=4))
+    assert "--speculative-eagle-topk 4 drafts a tree" in problem(tree)
+    adaptive = NS(spec_algorithm=_spec("EAGLE"), is_draft_worker=False,
+                  server_args=NS(speculative_eagle_topk=1, speculative_adaptive=True))
+    assert "--speculative-adaptive" in problem(adaptive)
+    assert "0.5.23" in problem(target, version="0.5.16")
+    assert "MLA" in problem(target, NS(use_mla=True, topk=1, decode_uses_page_table=True, _use_unified_verify=True))
     old = NS(use_mla=False, topk=1, use_triton_unified_attention=True, _use_unified_verify=False)
-    assert "0.5.23" in speculative_problem(target, old, pool_is_5d=True, patch_state=applied)
+    assert "0.5.23" in problem(target, old)
+    # a plugin's algorithm (SGLang's CustomSpecAlgo has a name and is_none)
+    plugin = NS(name="MY_SPEC", is_none=lambda: False)
+    assert "does not know" in problem(NS(spec_algorithm=plugin, is_draft_worker=False, server_args=chain))
 
 
 def test_a_5d_draft_pool_stops_the_backend(monkeypatch, overlay):
@@ -340,7 +361,7 @@ def test_a_5d_draft_pool_stops_the_backend(monkeypatch, overlay):
     enable_5d(monkeypatch)
     pool = make_mha_pool(page_size=PAGE, head_num=1, head_dim=D)  # 5D: built outside a draft scope
     backend = make_aiter_backend(pool, num_q_heads=HQ, num_kv_heads=1, head_dim=D, page_size=PAGE)
-    runner = NS(spec_algorithm=_spec(), is_draft_worker=True, token_to_kv_pool=pool)
+    runner = NS(spec_algorithm=_spec("DFLASH"), is_draft_worker=True, token_to_kv_pool=pool)
     with pytest.raises(Kv5dNotReadyError, match="draft worker's KV pool is SHUFFLE 5D"):
         fail_closed._check_speculative(backend, runner)
     runner.is_draft_worker = False  # the same pool as a target: verify is served

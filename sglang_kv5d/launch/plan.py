@@ -190,11 +190,12 @@ def make_plan(
     origins = {e.name: e.origin for e in plan.env_entries if e.origin in (ORIGIN_PROFILE, ORIGIN_CLI)}
     replaced = [(e.name, v, o) for e in plan.env_entries for o, v in e.overridden]
     known_patches = _probes.known_patch_names()
+    required_patches = _probes.required_patch_names()
 
     def context(args, problems=None, known_env=None):
         return _rules.make_context(plan.env, args, plan.sglang_version, plan.platform, patch_problems=problems,
                                    known_env=known_env, env_origins=origins, replaced=replaced,
-                                   known_patches=known_patches)
+                                   known_patches=known_patches, required_patches=required_patches)
 
     try:
         with quiet_sglang_imports(noise):

@@ -1,4 +1,4 @@
-"""What the launch rules need to know about the patches here (KV5D011, KV5D013).
+"""What the launch rules need to know about the patches here (KV5D005, KV5D011, KV5D013).
 
 :func:`probe_patch_problems` is looked up on this module at each plan
 (``tests/helpers/cli.py`` substitutes it to judge a launch as a server whose
@@ -39,5 +39,17 @@ def known_patch_names() -> Optional[List[str]]:
         from ..patches import BUILTIN_PATCH_MODULES, ENTRY_POINT_GROUP
 
         return list(BUILTIN_PATCH_MODULES) + [ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    except Exception:
+        return None
+
+
+def required_patch_names() -> Optional[List[str]]:
+    """The selectable patches 5D needs (``required_for_5d``), built-in and registered, or None."""
+    try:
+        from ..activation.registry import discover_patches
+        from ..surface import SURFACES
+
+        return [name for name, patch, _ in discover_patches(dict(SURFACES))
+                if patch is not None and patch.required_for_5d and not patch.internal]
     except Exception:
         return None

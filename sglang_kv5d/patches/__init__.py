@@ -10,6 +10,8 @@ them; if any step fails, nothing of that patch is left installed.
     draft_pool_nhd.py          draft-pool-nhd          (KVCacheConfigurator.configure, MHATokenToKVPool.__init__)
     target_verify.py           target-verify-5d        (AiterAttnBackend.__init__, .forward_extend)
     prefix_valid_write.py      prefix-valid-write-5d   (MHATokenToKVPool.set_kv_buffer_prefix_valid)
+    cpu_copy_5d.py             cpu-copy-5d             (MHATokenToKVPool.get_cpu_copy, .load_cpu_copy)
+                               fail-closed-decode-offload (DecodeKVCacheOffloadManager.__init__; internal)
     server_args_guard.py       server-args-guard       (ServerArgs.check_server_args)
     fail_closed.py             fail-closed-pool, fail-closed-backend (internal, always on)
 
@@ -35,6 +37,21 @@ from ..surface import Surface
 MakeReplacement = Callable[[Any], Any]
 
 
+class ProvidedUpstream(str):
+    """An ``applies`` verdict: the installed SGLang has this patch's fix itself.
+
+    The engine installs nothing and records state ``upstream`` ("provided
+    upstream: <text>"); the fail-closed guard and the launch probes count it as
+    satisfied, like ``applied``. A plain string from ``applies`` is a skip
+    (state ``skipped``), which a 5D-required patch cannot afford.
+    """
+
+
+class StillNeeded(str):
+    """An ``applies`` verdict: upstream provides part of the fix, the patch is
+    installed anyway, and this text is added to its state's reason."""
+
+
 @dataclass(frozen=True)
 class Binding:
     """One surface a patch changes and how to build its replacement.
@@ -57,7 +74,9 @@ class Patch:
     # Needed for a correct 5D deployment: the fail-closed guard refuses to build
     # a 5D pool / AITER backend when such a patch is not applied.
     required_for_5d: bool = False
-    # Optional: given {surface id: live original}, return a reason to skip.
+    # Optional: given {surface id: live original}, return None to install, a
+    # ProvidedUpstream to stand down, a StillNeeded to install with a note, or
+    # any other string: a reason to skip.
     applies: Optional[Callable[[Mapping[str, Any]], Optional[str]]] = None
     # Internal patches are always on with the gate and not selectable.
     internal: bool = False
@@ -89,6 +108,8 @@ BUILTIN_PATCH_MODULES: Dict[str, str] = {
     "draft-pool-nhd": "sglang_kv5d.patches.draft_pool_nhd:PATCH",
     "target-verify-5d": "sglang_kv5d.patches.target_verify:PATCH",
     "prefix-valid-write-5d": "sglang_kv5d.patches.prefix_valid_write:PATCH",
+    "cpu-copy-5d": "sglang_kv5d.patches.cpu_copy_5d:PATCH",
+    "fail-closed-decode-offload": "sglang_kv5d.patches.cpu_copy_5d:OFFLOAD_GUARD",
     "server-args-guard": "sglang_kv5d.patches.server_args_guard:PATCH",
 }
 

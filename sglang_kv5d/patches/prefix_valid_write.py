@@ -1,4 +1,13 @@
-"""prefix-valid-write-5d: DFLASH / DSPARK commit writes into SHUFFLE 5D pools.
+"""prefix-valid-write-5d: DFLASH / DSPARK commit writes into SHUFFLE 5D pools (defensive).
+
+Defensive: in SGLang 0.5.16 .. 0.5.23 every caller of
+``set_kv_buffer_prefix_valid`` (DFLASH's worker, both its per-layer and its
+fused path, and DSPARK's model) writes the *draft* model runner's pool, which
+``draft-pool-nhd`` builds NHD; so in every configuration the support matrix
+allows (sglang_kv5d/speculative/support.py) the wrapper hands the call to the
+original. It is a safety net for a pool that is explicitly labelled 5D (an
+explicit ``kv_cache_layout`` wins over draft-pool-nhd), where the original
+would write out of bounds. No cell of the matrix needs it.
 
 ``MHATokenToKVPool.set_kv_buffer_prefix_valid`` (SGLang 0.5.16 .. 0.5.23) has
 no 5D branch. On CUDA / HIP its Triton kernels copy one row of ``row_dim``
@@ -142,16 +151,17 @@ def _make(original):
 
 PATCH = Patch(
     name="prefix-valid-write-5d",
-    summary="DFLASH/DSPARK prefix-valid KV commits into SHUFFLE 5D pools: the committed rows, 5D-addressed.",
+    summary="(Defensive) DFLASH/DSPARK prefix-valid KV commits into a SHUFFLE 5D pool: the committed rows, 5D-addressed.",
     bindings=(Binding("memory_pool.MHATokenToKVPool.set_kv_buffer_prefix_valid", _make),),
-    # Not required for 5D: releases before 0.5.16 have no such method (their
-    # DFLASH commits through set_kv_buffer); the launch rules require it
-    # where they allow DFLASH under 5D.
+    # Not required for 5D, and not needed by any cell of the support matrix:
+    # its callers write draft pools, which draft-pool-nhd builds NHD (a safety
+    # net for an explicitly 5D-labelled pool).
     required_for_5d=False,
     problem=(
-        "DFLASH/DSPARK's `set_kv_buffer_prefix_valid` addresses a SHUFFLE 5D buffer as if a slot were a row: "
-        "the committed draft tokens land whole pages away (mostly past the buffer's end) and their slots are "
-        "never written"
+        "(defensive) DFLASH/DSPARK's `set_kv_buffer_prefix_valid` addresses a SHUFFLE 5D buffer as if a slot were "
+        "a row: the committed draft tokens would land whole pages away (mostly past the buffer's end); its callers "
+        "write the draft pool, which `draft-pool-nhd` builds NHD, so this is a safety net for a pool explicitly "
+        "labelled 5D"
     ),
     why=(
         "DFLASH and DSPARK commit the accepted tokens of a draft block with "
@@ -163,8 +173,11 @@ PATCH = Patch(
         "for them: an fp8 pool served by fp8-kv-write with a float input and scalar scales in one launch of the "
         "fused FP8 write (rows not committed get slot -1, which it skips; no host sync); anything else by "
         "selecting the committed rows and calling set_kv_buffer, SGLang's own 5D writer. Pools that are not 5D "
-        "reach the original unchanged. Not required for 5D: SGLang releases before 0.5.16 have no such method "
-        "(their DFLASH commits through set_kv_buffer)."
+        "reach the original unchanged. Defensive: in SGLang 0.5.16 .. 0.5.23 every caller (DFLASH's worker, per "
+        "layer and fused, and DSPARK's model) writes the draft model runner's pool, which draft-pool-nhd builds "
+        "NHD, so in the configurations the support matrix allows the call reaches the original; the patch is a "
+        "safety net for a pool explicitly labelled 5D (an explicit kv_cache_layout wins over draft-pool-nhd). "
+        "Not required for 5D, and no cell of the matrix needs it."
     ),
     upstream="unfixed in every release from 0.5.16 to 0.5.23",
     removal="when set_kv_buffer_prefix_valid addresses SHUFFLE 5D buffers by (block, slot)",

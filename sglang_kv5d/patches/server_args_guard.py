@@ -69,6 +69,10 @@ PATCH = Patch(
     summary="Run the launch rules (KV5D001..KV5D012) inside SGLang's server-args validation.",
     bindings=(Binding("server_args.ServerArgs.check_server_args", _make),),
     after_install=_register_resolution_hook,
+    # Required: without it nothing inside SGLang refuses a 5D launch the rules
+    # refuse (unified memory, HiCache, a page size X does not divide, ...), so a
+    # selection that leaves it out fails closed like one without the 5D fixes.
+    required_for_5d=True,
     problem=(
         "nothing refuses incompatible launches (unified memory, speculative decoding, HiCache/LMCache, HND, "
         f"page size, non-aiter backends, missing `{surface.ENV_USE_AITER}`); `sglang-kv5d launch` / `check` refuse "
@@ -80,7 +84,9 @@ PATCH = Patch(
         "start and then fail or answer wrongly. `sglang-kv5d launch` checks them before exec; this patch "
         "runs the same rules inside SGLang (after check_server_args, and as a handle_other_validations "
         "resolution hook on 0.5.20+) so plain launch_server and sgl.Engine scripts get them. It only reads "
-        "ServerArgs, never assigns to it."
+        "ServerArgs, never assigns to it. Required for 5D: a SGLANG_KV5D_PATCHES selection that leaves it out "
+        "is refused when the first 5D KV pool or AITER backend is built (fail closed, naming it), and by "
+        "KV5D011 at launch."
     ),
     upstream="SGLang validates none of these combinations in any release",
     removal="when SGLang validates the 5D layout's incompatibilities itself",

@@ -11,7 +11,7 @@ IDs (KV5D001 ..), a severity, a message that says what is wrong, and a fix.
     scan.py         the SGLANG_* names the installed SGLang reads (KV5D012)
     layout.py       KV5D001 layout value, 002 SGLANG_USE_AITER, 003 platform, 007 HND
     memory.py       KV5D004 unified memory, 006 HiCache/LMCache, 008 page size
-    speculative.py  KV5D005 and speculative_support(), the support matrix
+    speculative.py  KV5D005 over sglang_kv5d/speculative/support.py (the one support matrix)
     backend.py      KV5D009 attention backend
     release.py      KV5D010 SGLang version, 011 patches that cannot apply
     environment.py  KV5D012 unknown SGLANG_* names, 013 switch values, 014 code-loading variables

@@ -45,7 +45,9 @@ class Context:
     line``) of each variable it sets; ``replaced``: ``(name, value, origin)``
     of values the launch environment replaced (an exported ``SGLANG_KV5D``
     the launcher overrides). ``known_patches``: patch names, to judge
-    ``SGLANG_KV5D_PATCHES``. ``in_sglang``: the rules run inside SGLang (the
+    ``SGLANG_KV5D_PATCHES``; ``required_patches``: the names of the patches 5D
+    needs (``required_for_5d``), to judge a selection that leaves one out
+    (KV5D011; None: not judged). ``in_sglang``: the rules run inside SGLang (the
     server-args guard), where activation has already warned about invalid
     sglang-kv5d switches and KV5D013/KV5D014 stay silent.
     """
@@ -61,6 +63,7 @@ class Context:
     replaced: Sequence[Tuple[str, str, str]] = ()
     known_patches: Optional[FrozenSet[str]] = None
     in_sglang: bool = False
+    required_patches: Optional[FrozenSet[str]] = None
 
     def arg(self, name: str, default: Any = None) -> Any:
         return _get(self.args, name, default)
@@ -98,6 +101,7 @@ def make_context(
     replaced: Sequence[Tuple[str, str, str]] = (),
     known_patches: Optional[Iterable[str]] = None,
     in_sglang: bool = False,
+    required_patches: Optional[Iterable[str]] = None,
 ) -> Context:
     if platform not in PLATFORMS:
         raise ValueError(f"platform must be one of {PLATFORMS}, not {platform!r}")
@@ -115,6 +119,7 @@ def make_context(
         replaced=[tuple(r) for r in replaced],
         known_patches=None if known_patches is None else frozenset(known_patches),
         in_sglang=in_sglang,
+        required_patches=None if required_patches is None else frozenset(required_patches),
     )
 
 

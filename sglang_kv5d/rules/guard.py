@@ -42,8 +42,11 @@ class Kv5dConfigError(ValueError):
 _WARNED: set = set()
 
 
-def _resolved_view(server_args: Any) -> Any:
-    """SGLang's read view of resolved values (0.5.19+), else the record itself."""
+def resolved_view(server_args: Any) -> Any:
+    """SGLang's read view of resolved values (0.5.19+), else the record itself.
+
+    The guard reads it, and so does readiness at backend build (the model
+    runner's ``server_args``, sglang_kv5d/patches/fail_closed.py)."""
     for target in _surface.SURFACES[RESOLVING_VIEW].targets:
         module, path = _surface.split_target(target)
         m = sys.modules.get(module)
@@ -59,6 +62,9 @@ def _resolved_view(server_args: Any) -> Any:
             except Exception:
                 break
     return server_args
+
+
+_resolved_view = resolved_view
 
 
 def _platform_in_process() -> str:

@@ -59,14 +59,31 @@ def _kv5d010(ctx: Context, rule: Rule):
     patch that 5D needs cannot apply, a 5D launch would either fail at startup
     (strict mode, the default) or run upstream's wrong code (non-strict).
 
+    A patch left out of `SGLANG_KV5D_PATCHES` cannot apply either: the
+    patches 5D needs (`server-args-guard` among them, since without it nothing
+    inside SGLang refuses a launch these rules refuse) are refused at the first
+    5D KV pool or AITER backend build when the selection omits one.
+
     Fires when 5D is requested and the probe reports any 5D-required patch that
-    cannot apply; the message names each one with the reason. When no probe is
-    available, `check` says so and this rule stays silent.
+    cannot apply, or `SGLANG_KV5D_PATCHES` leaves one out; the message names
+    each one with the reason. When no probe is available, `check` says so and
+    the probe part stays silent.
     """,
-    fix='install a supported SGLang release (see KV5D010); `sglang-kv5d doctor` names each patch and why it cannot apply; use the nhd layout until then.',
+    fix='install a supported SGLang release (see KV5D010); add a left-out patch to SGLANG_KV5D_PATCHES (or unset it); `sglang-kv5d doctor` names each patch and why it cannot apply; use the nhd layout until then.',
 )
 def _kv5d011(ctx: Context, rule: Rule):
-    if not ctx.wants_5d or not ctx.patch_problems:
+    if not ctx.wants_5d:
+        return
+    chosen = _config.selected_patches(ctx.env)
+    left_out = sorted(ctx.required_patches - set(chosen)) if chosen is not None and ctx.required_patches else []
+    if left_out:
+        names = ", ".join(left_out)
+        yield rule.finding(
+            f"vectorized_5d needs the patch(es) {names}, which {_config.PATCHES} leaves out: building the first "
+            f"5D KV pool or AITER backend would raise Kv5dNotReadyError (a warning with {_config.STRICT}=0)",
+            f"add {names} to {_config.PATCHES} (or unset it to select every patch), or use the nhd layout",
+        )
+    if not ctx.patch_problems:
         return
     listing = "; ".join(f"{name}: {reason}" for name, reason in ctx.patch_problems)
     yield rule.finding(

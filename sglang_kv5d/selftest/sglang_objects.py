@@ -74,13 +74,15 @@ def _spec_args(algorithm=None, num_draft_tokens=None):
 
 def build_backend(pool, *, num_q_heads: int, num_kv_heads: int, head_dim: int, page_size: int, device: str = "cpu",
                   context_len: int = 4096, max_bs: int = 16, dtype=None, spec_algorithm=None,
-                  num_draft_tokens=None):
+                  num_draft_tokens=None, server_args=None):
     """A real AiterAttnBackend over ``pool`` from a minimal model runner.
 
     Only what ``AiterAttnBackend.__init__`` reads is provided; SGLang's runtime
     context accessors are replaced for the duration of the constructor.
     ``spec_algorithm`` (SGLang's ``SpeculativeAlgorithm`` member, or None) and
-    ``num_draft_tokens`` make it a speculative target's backend.
+    ``num_draft_tokens`` make it a speculative target's backend; ``server_args``
+    (a ServerArgs from SGLang's own parser) is what the runner carries as
+    ``server_args`` instead of the minimal stand-in.
     """
     import torch
 
@@ -93,13 +95,15 @@ def build_backend(pool, *, num_q_heads: int, num_kv_heads: int, head_dim: int, p
     req_to_token_pool = NS(req_to_token=torch.zeros(max_bs, context_len, dtype=torch.int32, device=device),
                            size=max_bs)
     spec = _spec_args(spec_algorithm, num_draft_tokens)
-    server_args = NS(page_size=page_size, enable_dp_attention=False, kv_cache_dtype="auto", **vars(spec))
+    stand_in = NS(page_size=page_size, enable_dp_attention=False, kv_cache_dtype="auto", **vars(spec))
     runner = NS(model_config=model_config, device=device, kv_cache_dtype=dtype, dtype=dtype,
                 req_to_token_pool=req_to_token_pool, kv_index_translator=None, token_to_kv_pool=pool,
-                token_to_kv_pool_allocator=NS(get_kvcache=lambda: pool), server_args=server_args,
+                token_to_kv_pool_allocator=NS(get_kvcache=lambda: pool), server_args=stand_in,
                 is_draft_worker=False, sliding_window_size=None, page_size=page_size)
     if spec_algorithm is not None:
         runner.spec_algorithm = spec_algorithm
+    if server_args is not None:
+        runner.server_args = server_args
     saved = _fake_runtime_context(ab, page_size, spec)
     try:
         return backend_cls(runner)

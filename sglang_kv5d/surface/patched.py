@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..surface_names import AITER_BACKEND, AITER_UTILS, KV_CACHE_CONFIGURATOR, MEMORY_POOL
+from ..surface_names import AITER_BACKEND, AITER_UTILS, DECODE_KVCACHE_OFFLOAD_MANAGER, KV_CACHE_CONFIGURATOR, MEMORY_POOL
 from .table import REPLACE, WRAP, Surface
 
 ROWS = (
@@ -133,7 +133,8 @@ ROWS = (
             "DFLASH/DSPARK commit writes have no 5D branch: on CUDA/HIP the tiled kernels copy each "
             "committed row to loc * stride(0), a whole page under vectorized_5d (out of bounds, the slot "
             "never written). The overlay writes the committed rows of a 5D pool 5D-addressed, with the "
-            "bytes set_kv_buffer writes; other pools reach the original."
+            "bytes set_kv_buffer writes; other pools reach the original. Defensive: every caller writes a "
+            "draft runner's pool, which draft-pool-nhd builds NHD (a safety net for a pool labelled 5D)."
         ),
         upstream="unfixed in 0.5.16 .. 0.5.23 (the method exists from 0.5.16)",
         removal="when set_kv_buffer_prefix_valid addresses SHUFFLE 5D buffers by (block, slot)",
@@ -163,5 +164,46 @@ ROWS = (
         ),
         upstream="SGLang has no 5D compatibility checks in any version",
         removal="when SGLang validates these combinations itself",
+    ),
+    Surface(
+        id="memory_pool.MHATokenToKVPool.get_cpu_copy",
+        targets=(f"{MEMORY_POOL}:MHATokenToKVPool.get_cpu_copy",),
+        action=WRAP,
+        params=(("self", "indices", "mamba_indices"),),
+        why=(
+            "Retraction's host copy (Req.offload_kv_cache; HybridLinearKVPool and SWAKVPool delegate to their "
+            "MHA pools) takes k_buffer[layer][slots]: on a SHUFFLE 5D buffer that picks whole blocks by slot id "
+            "(out of range past the block count). For 5D buffers the overlay gathers exactly the slots' K/V in "
+            "5D coordinates into SGLang's per-token offload format; other pools reach the original."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23",
+        removal="when get_cpu_copy addresses SHUFFLE 5D buffers by (block, slot)",
+    ),
+    Surface(
+        id="memory_pool.MHATokenToKVPool.load_cpu_copy",
+        targets=(f"{MEMORY_POOL}:MHATokenToKVPool.load_cpu_copy",),
+        action=WRAP,
+        params=(("self", "kv_cache_cpu", "indices", "mamba_indices"),),
+        why=(
+            "Retraction's reload (Req.load_kv_cache) assigns k_buffer[layer][slots] = rows: on a SHUFFLE 5D "
+            "buffer whole blocks chosen by slot id are overwritten (other requests' tokens) and the slots "
+            "themselves are not written. For 5D buffers the overlay scatters each token to (s // page, "
+            "s % page); other pools reach the original."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23",
+        removal="when load_cpu_copy addresses SHUFFLE 5D buffers by (block, slot)",
+    ),
+    Surface(
+        id="decode_kvcache_offload_manager.DecodeKVCacheOffloadManager.init",
+        targets=(f"{DECODE_KVCACHE_OFFLOAD_MANAGER}:DecodeKVCacheOffloadManager.__init__",),
+        action=WRAP,
+        params=(("self", "req_to_token_pool", "token_to_kv_pool_allocator", "tp_group", "tree_cache"),),
+        why=(
+            "--disaggregation-decode-enable-offload-kvcache builds this manager, whose HiCache host pool and "
+            "transfers index the device KV by token slot (NHD). Under vectorized_5d with a 5D pool the "
+            "overlay refuses before it is built (fail closed, naming the flag)."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23",
+        removal="when the decode offload manager's host copies address SHUFFLE 5D buffers",
     ),
 )
