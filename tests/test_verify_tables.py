@@ -144,9 +144,12 @@ def _batch(seq, out_loc=None):
               out_cache_loc_is_physical=False, attn_attend_prefix_cache=False, encoder_out_cache_loc=None)
 
 
-def _revert(monkeypatch, cls, name):
-    """Put upstream's function back on ``cls`` (the overlay's wrapt wrapper keeps it as __wrapped__)."""
-    monkeypatch.setattr(cls, name, inspect.getattr_static(cls, name).__wrapped__)
+def _revert(mp, cls, name):
+    """Put upstream's function back on ``cls`` (the overlay's wrapt wrapper keeps it as __wrapped__).
+
+    ``mp`` must be undone before the overlay deactivates (a ``monkeypatch.context()``): undone
+    after, it would put the wrapper back on a class the overlay has already restored."""
+    mp.setattr(cls, name, inspect.getattr_static(cls, name).__wrapped__)
 
 
 SEQ = [5, CTX - 1]  # the second (last) request is at the limit: seq_len + N drafts needs 5 pages of 16
@@ -157,10 +160,12 @@ def test_upstream_graph_tables_overflow_into_the_next_row(monkeypatch, overlay):
     enable_5d(monkeypatch)
     backend = _backend(monkeypatch, make_hybrid_pool(dtype=FP8, page_size=PAGE, head_num=1, head_dim=D, size=1024))
     backend.init_cuda_graph_state(4, 4 * N)
-    _revert(monkeypatch, type(backend), "_build_verify_unified_metadata")
     pages, _ = _fill_req_to_token(backend, SEQ)
     backend.cuda_graph_page_table.fill_(POISON)
-    backend.init_forward_metadata_out_graph(_batch(SEQ), in_capture=False)
+    with monkeypatch.context() as mp:
+        _revert(mp, type(backend), "_build_verify_unified_metadata")
+        backend.init_forward_metadata_out_graph(_batch(SEQ), in_capture=False)
+    assert hasattr(inspect.getattr_static(type(backend), "_build_verify_unified_metadata"), "__wrapped__")
     width = backend.cuda_graph_page_table.shape[1]
     assert width == CTX // PAGE  # upstream: cdiv(max_context_len, page)
     # request 1's fifth page id lands in row 2 (a row no request owns): the overflow
