@@ -444,7 +444,8 @@ def _spec_target(monkeypatch, *, drafts=4):
 
     from tests.helpers.backend import make_aiter_backend
 
-    importlib.import_module("sglang.srt.layers.attention.aiter_backend")
+    for module in ("sglang.srt.mem_cache.kv_cache_configurator", "sglang.srt.layers.attention.aiter_backend"):
+        importlib.import_module(module)  # a server has both loaded: draft-pool-nhd and target-verify-5d apply
     enable_5d(monkeypatch)
     pool = make_mha_pool(dtype=FP8, page_size=16, head_num=1, head_dim=64, layer_num=1, size=64)
     return make_aiter_backend(pool, num_q_heads=4, num_kv_heads=1, head_dim=64, spec_algorithm=_eagle(),

@@ -40,6 +40,23 @@ def attention_shapes(key) -> str:
     return _key_text(key)
 
 
+def _scratch(*, kv_dtype, cache_dtype, page: int, x: int, kv_heads: int, head_dim: int, v_head_dim: int, device,
+             window: bool):
+    """Two zeroed 5D blocks (K ``(2, H, D/x, page, x)``, V ``(2, H, page/x, Dv, x)``, viewed as
+    ``kv_dtype``) and the keyword arguments every scratch kernel call takes."""
+    import torch
+
+    fp8 = kv_dtype != cache_dtype or _dname(kv_dtype).startswith("float8")
+    kc = torch.zeros((2, kv_heads, head_dim // x, page, x), dtype=cache_dtype, device=device)
+    vc = torch.zeros((2, kv_heads, page // x, v_head_dim, x), dtype=cache_dtype, device=device)
+    if kc.dtype != kv_dtype:
+        kc, vc = kc.view(kv_dtype), vc.view(kv_dtype)
+    scale = torch.ones((1,), dtype=torch.float32, device=device) if fp8 else None
+    common = dict(sm_scale=head_dim ** -0.5, k_scale=scale, v_scale=scale, fp8_dtype=kv_dtype if fp8 else None,
+                  sliding_window=page // 2 if window else -1, sinks=None, logit_cap=0.0)
+    return kc, vc, common
+
+
 def check_attention(*, q_dtype, kv_dtype, cache_dtype, page: int, x: int, q_heads: int, kv_heads: int,
                     head_dim: int, v_head_dim: int, device, window: bool = False,
                     fallback: str = "", when: str = "in the check before traffic") -> List[CheckResult]:
@@ -50,7 +67,6 @@ def check_attention(*, q_dtype, kv_dtype, cache_dtype, page: int, x: int, q_head
     from .. import kernels
 
     dev = torch.device(device)
-    fp8 = kv_dtype != cache_dtype or _dname(kv_dtype).startswith("float8")
     results = []
     for kernel in (DECODE, EXTEND):
         key = attention_key(kernel, q_dtype=q_dtype, kv_dtype=kv_dtype, page=page, q_heads=q_heads,
@@ -63,15 +79,10 @@ def check_attention(*, q_dtype, kv_dtype, cache_dtype, page: int, x: int, q_head
         start = time.perf_counter()
         error = None
         try:
-            kc = torch.zeros((2, kv_heads, head_dim // x, page, x), dtype=cache_dtype, device=dev)
-            vc = torch.zeros((2, kv_heads, page // x, v_head_dim, x), dtype=cache_dtype, device=dev)
-            if kc.dtype != kv_dtype:
-                kc, vc = kc.view(kv_dtype), vc.view(kv_dtype)
+            kc, vc, common = _scratch(kv_dtype=kv_dtype, cache_dtype=cache_dtype, page=page, x=x,
+                                      kv_heads=kv_heads, head_dim=head_dim, v_head_dim=v_head_dim, device=dev,
+                                      window=window)
             table = torch.tensor([[0, 1]], dtype=torch.int32, device=dev)
-            scale = torch.ones((1,), dtype=torch.float32, device=dev) if fp8 else None
-            common = dict(sm_scale=head_dim ** -0.5, k_scale=scale, v_scale=scale,
-                          fp8_dtype=kv_dtype if fp8 else None, sliding_window=page // 2 if window else -1,
-                          sinks=None, logit_cap=0.0)
             n = page + 3
             if kernel == DECODE:
                 q = torch.zeros((1, q_heads, head_dim), dtype=q_dtype, device=dev)
@@ -129,18 +140,12 @@ def check_verify(*, q_dtype, kv_dtype, cache_dtype, page: int, x: int, q_heads: 
     if done is not None:
         return done
     dev = torch.device(device)
-    fp8 = kv_dtype != cache_dtype or _dname(kv_dtype).startswith("float8")
     wide_entries = DECODE_WIDE_TOKENS // page
     start = time.perf_counter()
     error = None
     try:
-        kc = torch.zeros((2, kv_heads, head_dim // x, page, x), dtype=cache_dtype, device=dev)
-        vc = torch.zeros((2, kv_heads, page // x, v_head_dim, x), dtype=cache_dtype, device=dev)
-        if kc.dtype != kv_dtype:
-            kc, vc = kc.view(kv_dtype), vc.view(kv_dtype)
-        scale = torch.ones((1,), dtype=torch.float32, device=dev) if fp8 else None
-        common = dict(sm_scale=head_dim ** -0.5, k_scale=scale, v_scale=scale, fp8_dtype=kv_dtype if fp8 else None,
-                      sliding_window=page // 2 if window else -1, sinks=None, logit_cap=0.0)
+        kc, vc, common = _scratch(kv_dtype=kv_dtype, cache_dtype=cache_dtype, page=page, x=x, kv_heads=kv_heads,
+                                  head_dim=head_dim, v_head_dim=v_head_dim, device=dev, window=window)
         q = torch.zeros((n, q_heads, head_dim), dtype=q_dtype, device=dev)
         out = torch.empty((n, q_heads, v_head_dim), dtype=q_dtype, device=dev)
         lens = torch.arange(page + 1, page + 1 + n, dtype=torch.int32, device=dev)  # draft t sees prefix + t + 1
