@@ -5,8 +5,8 @@ gate in tests/test_amd_gate.py, the ROCm table in docs/benchmarks.md).
     python -m sglang_kv5d.kernel_report --arch gfx942 [--buffer-ops on|off|both] [--json]
 
 Each case calls the package's own host code (``write_kv_fp8``,
-``decode_attention_5d``, ``extend_attention_5d``, the bench's ``StoreFloor``)
-on ``meta`` tensors of a serving geometry, so the launch configuration is the
+``decode_attention_5d``, ``extend_attention_5d``, the bench's ``StoreFloor``,
+``verify_page_tables``) on ``meta`` tensors of a serving geometry, so the launch configuration is the
 one that code picks for the target; ``kernels.aot.compiling_for`` turns each
 launch into a compile for that target. A row per compiled kernel: whether it
 compiled (or the error's first line), registers, spills, scratch, LDS, waves
@@ -16,7 +16,10 @@ Geometries (page 64): Qwen3.5 full-attention layers at TP8 (4 query heads / 1
 KV head, D=256) and TP1 (32 / 2), and a Llama-like layer (32 / 8, D=128).
 Token counts: 16 (decode), 2048 and 32768 (prefill), which reach every branch
 of ``launch_config``. The FP8 format is the one the arch serves: e4m3fnuz on
-gfx942, e4m3fn on gfx950 and sm_90.
+gfx942, e4m3fn on gfx950 and sm_90. Verify page tables (``verify-table``):
+256 requests, rows of 4097, 2049 and 65 block ids, with and without the SWA
+table, ``req_to_token`` int32 (SGLang's pool) and int64; its "kv" column is
+``req_to_token``'s dtype and its "geometry" the context and page.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ GEOMETRIES = (
 
 
 class Case(NamedTuple):
-    kernel: str  # "write", "decode", "extend", "store-floor"
+    kernel: str  # "write", "decode", "verify", "extend", "store-floor", "verify-table"
     label: str  # what was compiled, e.g. "5d fp8 qwen3.5-tp8 T=16"
     geometry: Geometry
     kv: str  # "fp8" or "bf16"
@@ -167,6 +170,35 @@ def _floor_case(layout: str, g: Geometry, block_s: int) -> Case:
     return Case("store-floor", f"{layout} {g.name} block_s={block_s}", g, "fp8", run)
 
 
+#: Verify page tables (kernels/verify_table.py): (page, max context, drafts, SWA, req_to_token dtype). Rows of
+#: 4097 and 2049 block ids (BLOCK 1024, 4 warps), and of 65 (BLOCK 128, one wavefront on AMD).
+VERIFY_TABLES = ((64, 262144, 16, False, "int32"), (64, 262144, 16, True, "int32"), (16, 32768, 4, True, "int32"),
+                 (64, 4096, 4, False, "int32"), (16, 32768, 16, False, "int64"))
+
+
+def _verify_table_case(page: int, context: int, drafts: int, swa: bool, r2t_dtype: str, bs: int = 256) -> Case:
+    """The speculative-verify page-table builder for ``bs`` requests of a
+    ReqToTokenPool-shaped ``req_to_token`` (rows context + 4 + drafts wide)."""
+
+    def run(target):
+        import torch
+
+        from .kernels.verify_table import verify_page_tables
+        from .speculative.verify_tables import verify_table_width
+
+        width = verify_table_width(context, drafts, page)
+        r2t = _meta(bs, context + 4 + drafts, dtype=getattr(torch, r2t_dtype))
+        idx = _meta(bs, dtype=torch.int64)
+        out = _meta(bs, width, dtype=torch.int32)
+        mapping = _meta(1 << 22, dtype=torch.int64) if swa else None  # 4M pool slots
+        swa_out = _meta(bs, width, dtype=torch.int32) if swa else None
+        verify_page_tables(r2t, idx, idx, drafts, page, out, mapping, swa_out, _target=target)
+
+    geometry = Geometry(f"ctx{context // 1024}k-page{page}", 0, 0, 0)
+    return Case("verify-table", f"{r2t_dtype} ctx={context} page={page} N={drafts}{' swa' if swa else ''}",
+                geometry, r2t_dtype, run)
+
+
 def cases(kinds: Optional[Iterable[str]] = None) -> List[Case]:
     """Every case, or those of the kernel families in ``kinds``."""
     out: List[Case] = []
@@ -184,6 +216,7 @@ def cases(kinds: Optional[Iterable[str]] = None) -> List[Case]:
     out += [_extend_case(g, "fp8", causal=False) for g in (g0, GEOMETRIES[2])]
     for layout in ("5d", "nhd"):
         out += [_floor_case(layout, GEOMETRIES[2], b) for b in (1, 16)]
+    out += [_verify_table_case(*spec) for spec in VERIFY_TABLES]
     if kinds is not None:
         wanted = set(kinds)
         out = [c for c in out if c.kernel in wanted]
@@ -296,6 +329,7 @@ _PATHS = {
     "extend": ("portable 5D extend ready", "no portable extend: aiter only (Kv5dNotReadyError without it)"),
     "verify": ("5D speculative verify ready", "no 5D speculative verify (target-verify-5d cannot serve)"),
     "store-floor": ("bench only", "bench only: the store floor cannot be timed"),
+    "verify-table": ("one-launch verify page tables", "the torch verify-table builder (about 16 device ops)"),
 }
 
 
@@ -341,7 +375,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--arch", required=True, help="gfx942, gfx950, sm_90, or device (the GPU here)")
     p.add_argument("--buffer-ops", choices=("default", "on", "off", "both"), default="default",
                    help="AMD: Triton's buffer-ops knob (default: the installed Triton's own default)")
-    p.add_argument("--kernels", default=None, help="comma-separated: write,decode,verify,extend,store-floor")
+    p.add_argument("--kernels", default=None,
+                   help="comma-separated: write,decode,verify,extend,store-floor,verify-table")
     p.add_argument("--json", action="store_true", help="one JSON document (a list of rows)")
     a = p.parse_args(argv)
     modes = {"default": (None,), "on": (True,), "off": (False,), "both": (True, False)}[a.buffer_ops]

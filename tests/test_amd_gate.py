@@ -19,6 +19,8 @@ Goals (issue 15):
     verify (decode kernel, 16 drafts packed), D=256: >= 2 waves/SIMD, no SGPR spills
     extend, D=256         >= 3 waves/SIMD
     FP8 write             hardware conversion instructions in the ISA
+    verify page tables    no spills, 8 waves/SIMD (test_verify_table_*: compiles that
+                          family alone, so ``-k verify_table`` does not build the rest)
 
 Compiles run in subprocesses: tests/conftest.py turns on Triton's CPU
 interpreter, and a process that imported Triton that way cannot compile.
@@ -72,8 +74,10 @@ def _run(cmd, path):
     return r, time.monotonic() - t0
 
 
-def _ours(version, path, arch):
+def _ours(version, path, arch, kernels=None):
     cmd = [sys.executable, "-m", "sglang_kv5d.kernel_report", "--arch", arch, "--json"]
+    if kernels:
+        cmd += ["--kernels", kernels]
     if arch != "sm_90":
         cmd += ["--buffer-ops", "both"]
     r, secs = _run(cmd, path)
@@ -235,8 +239,8 @@ def _rows(gate, version, arch):
 @pytest.mark.parametrize("version,arch", _cells())
 def test_every_kernel_compiles_fits_and_takes_no_scratch(gate, version, arch):
     rows = _rows(gate, version, arch)
-    assert {r["kernel"] for r in rows} == {"write", "decode", "verify", "extend", "store-floor"}, \
-        "every kernel family (write, decode, verify, extend, store-floor)"
+    assert {r["kernel"] for r in rows} == {"write", "decode", "verify", "extend", "store-floor", "verify-table"}, \
+        "every kernel family (write, decode, verify, extend, store-floor, verify-table)"
     failed = [f"{r['case']} bufops={r['buffer_ops']}: {r['error']}" for r in rows if not r["ok"]]
     assert not failed, "did not compile:\n" + "\n".join(failed)
     scratch = [f"{r['name']} {r['case']}: {r['scratch']} B" for r in rows if r["scratch"]]
@@ -303,6 +307,38 @@ def test_fp8_write_and_fp8_attention_use_the_hardware_conversion(gate, version, 
     assert reads and all(r["cvt_from_fp8"] > 0 for r in reads), \
         "fp8 attention without the hardware fp8 -> float conversion: " + ", ".join(
             r["case"] for r in reads if not r["cvt_from_fp8"])
+
+
+@pytest.fixture(scope="module")
+def verify_table_gate():
+    """The verify page-table kernel alone (kernel_report --kernels verify-table), per Triton and arch."""
+    tritons = gate_tritons()
+    missing = [v for v, p in tritons.items() if p and not (Path(p) / "triton" / "__init__.py").exists()]
+    if missing:
+        pytest.fail(f"Triton {', '.join(missing)} not unpacked under .cache/triton: run scripts/setup-dev.sh")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
+        jobs = {(v, a): pool.submit(_ours, v, p, a, "verify-table") for v, p in tritons.items() for a in ARCHS}
+        return {k: f.result() for k, f in jobs.items()}
+
+
+@pytest.mark.parametrize("version,arch", _cells())
+def test_verify_table_compiles_without_spills_at_full_occupancy(verify_table_gate, version, arch):
+    res = verify_table_gate[(version, arch)]
+    assert res["rows"] is not None, f"kernel_report crashed (rc {res['rc']}):\n{res['stderr']}"
+    rows = res["rows"]
+    assert rows and {r["kernel"] for r in rows} == {"verify-table"}
+    failed = [f"{r['case']} bufops={r['buffer_ops']}: {r['error']}" for r in rows if not r["ok"]]
+    assert not failed, "did not compile:\n" + "\n".join(failed)
+    bad = [f"{r['case']} bufops={r['buffer_ops']}: {r['spills']} spills, {r['scratch']} B scratch"
+           for r in rows if r["spills"] or r["scratch"]]
+    assert not bad, "verify page tables spill:\n" + "\n".join(bad)
+    for r in rows:
+        figures = (f"vgpr {r['vgpr']}+{r['agpr']} sgpr {r['sgpr']} waves {r['waves']}" if "vgpr" in r
+                   else f"regs {r['registers']}")
+        print(f"\n  triton {version} {arch} bufops={r['buffer_ops']} {r['case']}: {figures} warps {r['num_warps']}")
+    if arch != "sm_90":
+        short = [f"{r['case']} bufops={r['buffer_ops']}: {r['waves']}" for r in rows if r["waves"] < 8]
+        assert not short, "verify page tables below 8 waves/SIMD:\n" + "\n".join(short)
 
 
 def test_the_peer_compiles_where_triton_has_gluon(gate):

@@ -9,6 +9,9 @@ used (attribute access below).
     decode_attention_5d   paged decode attention reading the 5D layout
     extend_attention_5d   chunked-prefill attention reading the 5D layout
                           (attention_5d.py; reference in attention_reference.py)
+    verify_page_tables    speculative-verify page tables clamped to their rows
+                          (verify_table.py; reference: the torch builder in
+                          sglang_kv5d.speculative.verify_tables)
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ _LAZY = {
     "write_kv_fp8": "sglang_kv5d.kernels.fp8_write",
     "decode_attention_5d": "sglang_kv5d.kernels.attention_5d",
     "extend_attention_5d": "sglang_kv5d.kernels.attention_5d",
+    "verify_page_tables": "sglang_kv5d.kernels.verify_table",
 }
 
 __all__ = sorted(_LAZY)

@@ -100,8 +100,8 @@ def build_verify_metadata(backend, bs, seq_lens, req_pool_indices, draft_num, pa
     needed = verify_table_width(int(backend.max_context_len), n, page)
     if page_table_dest is None:
         width = verify_table_width(int(backend.max_context_len), max(n, _draft_tokens(backend)), page)
-        out = torch.zeros(bs, width, dtype=torch.int32, device=device)
-        swa_out = None if mapping is None else torch.zeros_like(out)
+        out = torch.empty(bs, width, dtype=torch.int32, device=device)  # the builder writes every column
+        swa_out = None if mapping is None else torch.empty_like(out)
     elif page_table_dest.dim() == 2 and page_table_dest.shape[1] >= needed and (
             mapping is None or (swa_page_table_dest is not None and swa_page_table_dest.shape == page_table_dest.shape)):
         out, swa_out = page_table_dest, (None if mapping is None else swa_page_table_dest)

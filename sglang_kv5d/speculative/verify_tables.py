@@ -21,6 +21,17 @@ clamped to their tensors (a hostile value gives a wrong block id, which the
 host read of a device value), so it runs before CUDA-graph replay as SGLang's
 builder does.
 
+Two builders, the same tables bit for bit:
+
+    build_verify_page_tables        the entry point (patches/target_verify.py):
+                                    on a GPU one Triton launch
+                                    (sglang_kv5d/kernels/verify_table.py),
+                                    else, or after a recorded kernel failure,
+                                    the torch builder
+    build_verify_page_tables_torch  the torch builder (about 16 small device
+                                    ops; the CPU path, the fallback, the
+                                    kernel's reference)
+
 Tensors (all on one device):
 
     req_to_token       (rows, cols) int32   token slot of position p of request row r
@@ -51,33 +62,69 @@ def verify_table_width(max_context_len: int, num_draft_tokens: int, page_size: i
     return -(-(int(max_context_len) + int(num_draft_tokens)) // int(page_size))
 
 
-def build_verify_page_tables(req_to_token, req_pool_indices, seq_lens, draft_num: int, page_size: int, out,
-                             swa_mapping=None, swa_out=None):
-    """Fill ``out[:bs]`` (and ``swa_out[:bs]``) with each request's block ids for prefix + drafts.
+def check_verify_table_args(req_to_token, req_pool_indices, seq_lens, draft_num, page_size, out,
+                            swa_mapping=None, swa_out=None):
+    """``(bs, width)`` of a verify table build, or ValueError naming the argument.
 
-    Row ``i`` gets ``min(cdiv(seq_lens[i] + draft_num, page_size), width,
-    cdiv(req_to_token.shape[1], page_size))`` block ids ``req_to_token[r, j *
-    page_size] // page_size`` (``r`` the request's row), then zeros to the end
-    of the row. Returns ``(out[:bs], swa_out[:bs] or None)``.
+    Shapes only (never a device value): ``req_pool_indices`` and ``seq_lens``
+    1-D of ``bs`` entries, ``req_to_token`` 2-D, ``out`` 2-D with at least
+    ``bs`` rows, ``swa_mapping`` and ``swa_out`` both or neither (``swa_out``
+    as wide as ``out``, ``swa_mapping`` 1-D), ``page_size`` in 1 .. 2**31 - 1,
+    ``draft_num + page_size - 1`` an int64. When there is something to write
+    (``bs`` and ``width`` > 0), ``req_to_token`` and ``swa_mapping`` must not
+    be empty: no row or slot could be clamped into them.
     """
-    torch = _torch()
+    page, drafts = int(page_size), int(draft_num)
+    if not 0 < page < 2**31:
+        raise ValueError(f"verify page table: page_size must be in 1 .. 2**31 - 1, got {page_size}")
+    if not -(2**63) <= drafts + page - 1 < 2**63:
+        raise ValueError(f"verify page table: draft_num {draft_num} + page_size {page} - 1 is not an int64")
+    if req_pool_indices.dim() != 1:
+        raise ValueError(f"verify page table: req_pool_indices must be 1-D, got {tuple(req_pool_indices.shape)}")
     bs = int(req_pool_indices.shape[0])
+    if tuple(seq_lens.shape) != (bs,):
+        raise ValueError(f"verify page table: seq_lens {tuple(seq_lens.shape)} does not match "
+                         f"req_pool_indices ({bs},)")
+    if req_to_token.dim() != 2:
+        raise ValueError(f"verify page table: req_to_token must be 2-D, got {tuple(req_to_token.shape)}")
     if out.dim() != 2 or out.shape[0] < bs:
         raise ValueError(f"verify page table {tuple(out.shape)} has fewer than {bs} rows")
     if (swa_mapping is None) != (swa_out is None):
         raise ValueError("an SWA verify table needs both swa_mapping and swa_out")
     if swa_out is not None and (swa_out.dim() != 2 or swa_out.shape[0] < bs or swa_out.shape[1] != out.shape[1]):
         raise ValueError(f"SWA verify page table {tuple(swa_out.shape)} does not match {tuple(out.shape)}")
+    if swa_mapping is not None and swa_mapping.dim() != 1:
+        raise ValueError(f"verify page table: swa_mapping must be 1-D, got {tuple(swa_mapping.shape)}")
     width = int(out.shape[1])
-    table = out[:bs]
-    swa_table = None if swa_out is None else swa_out[:bs]
+    if bs and width:
+        if req_to_token.numel() == 0:
+            raise ValueError(f"verify page table: req_to_token {tuple(req_to_token.shape)} is empty")
+        if swa_mapping is not None and swa_mapping.numel() == 0:
+            raise ValueError("verify page table: swa_mapping is empty")
+    return bs, width
+
+
+def build_verify_page_tables_torch(req_to_token, req_pool_indices, seq_lens, draft_num: int, page_size: int, out,
+                                   swa_mapping=None, swa_out=None):
+    """The torch builder: the CPU path, the GPU fallback, and the reference of
+    ``kernels.verify_table`` (same arguments, result and errors as
+    :func:`build_verify_page_tables`). About 16 small device ops."""
+    bs, width = check_verify_table_args(req_to_token, req_pool_indices, seq_lens, draft_num, page_size, out,
+                                        swa_mapping, swa_out)
+    return _fill_torch(req_to_token, req_pool_indices, seq_lens, int(draft_num), int(page_size), out[:bs],
+                       None if swa_out is None else swa_out[:bs], swa_mapping)
+
+
+def _fill_torch(req_to_token, req_pool_indices, seq_lens, draft_num, page_size, table, swa_table, swa_mapping):
+    torch = _torch()
+    bs, width = int(table.shape[0]), int(table.shape[1])
     if bs == 0 or width == 0:
         return table, swa_table
-    device = out.device
+    device = table.device
     rows_avail, cols_avail = int(req_to_token.shape[0]), int(req_to_token.shape[1])
     cols = torch.arange(width, dtype=torch.int64, device=device)
     max_pages = min(width, -(-cols_avail // page_size))
-    pages = torch.clamp((seq_lens.to(torch.int64) + (int(draft_num) + page_size - 1)) // page_size, 0, max_pages)
+    pages = torch.clamp((seq_lens.to(torch.int64) + (draft_num + page_size - 1)) // page_size, 0, max_pages)
     live = cols[None, :] < pages[:, None]
     rows = torch.clamp(req_pool_indices.to(torch.int64), 0, max(rows_avail - 1, 0))
     tok = torch.clamp(cols * page_size, max=max(cols_avail - 1, 0))
@@ -89,6 +136,99 @@ def build_verify_page_tables(req_to_token, req_pool_indices, seq_lens, draft_num
         swa_slots = swa_mapping[safe].to(torch.int64)
         swa_table.copy_(torch.where(live, swa_slots // page_size, zero))
     return table, swa_table
+
+
+def build_verify_page_tables(req_to_token, req_pool_indices, seq_lens, draft_num: int, page_size: int, out,
+                             swa_mapping=None, swa_out=None):
+    """Fill ``out[:bs]`` (and ``swa_out[:bs]``) with each request's block ids for prefix + drafts.
+
+    Row ``i`` gets ``min(cdiv(seq_lens[i] + draft_num, page_size), width,
+    cdiv(req_to_token.shape[1], page_size))`` block ids ``req_to_token[r, j *
+    page_size] // page_size`` (``r`` the request's row, floor division), then
+    zeros to the end of the row; rows ``>= bs`` are not touched. Returns
+    ``(out[:bs], swa_out[:bs] or None)``. ValueError on malformed shapes
+    (:func:`check_verify_table_args`).
+
+    On a GPU (CUDA or ROCm) one Triton launch (``kernels.verify_table``) for
+    the tensors it takes (``verify_table_refusal``: integer dtypes, outs that
+    do not overlap themselves); else, and once the kernel has failed to
+    compile or launch for a configuration (recorded and logged once through
+    ``sglang_kv5d.kernel_check``), the torch builder
+    (:func:`build_verify_page_tables_torch`), with the same result.
+    """
+    bs, width = check_verify_table_args(req_to_token, req_pool_indices, seq_lens, draft_num, page_size, out,
+                                        swa_mapping, swa_out)
+    # a view only where the buffer has more rows (CUDA graphs): this runs every verify step
+    table = out if out.shape[0] == bs else out[:bs]
+    swa_table = None if swa_out is None else swa_out if swa_out.shape[0] == bs else swa_out[:bs]
+    if bs == 0 or width == 0:
+        return table, swa_table
+    if _on_gpu(out) and _kernel_built(
+            req_to_token, req_pool_indices, seq_lens, draft_num, page_size, table, swa_mapping, swa_table):
+        return table, swa_table
+    return _fill_torch(req_to_token, req_pool_indices, seq_lens, int(draft_num), int(page_size), table, swa_table,
+                       swa_mapping)
+
+
+def _on_gpu(out) -> bool:
+    """Does ``out``'s device take the Triton kernel? CUDA and ROCm (torch calls both "cuda")."""
+    return out.is_cuda
+
+
+KERNEL_NAME = "verify_page_tables"  # kernel_check's name of the Triton builder
+#: What record_failure says serves the tables after a failure of the kernel.
+KERNEL_FALLBACK = "The torch verify-table builder (the same tables, about 16 device ops) serves them"
+_IMPORT_KEY = ("import",)
+_kernel_module = None  # kernels.verify_table once imported; False where it does not import
+_kernel_check = None  # sglang_kv5d.kernel_check, imported at first use
+
+
+def _kernel():
+    """``sglang_kv5d.kernels.verify_table``, or None (recorded once) where it does not import."""
+    global _kernel_module, _kernel_check
+    if _kernel_module is None:
+        from .. import kernel_check
+
+        _kernel_check = kernel_check
+        try:
+            from ..kernels import verify_table as module
+        except Exception as exc:  # noqa: BLE001 - no Triton, or a broken one: the torch path serves
+            kernel_check.record_failure(KERNEL_NAME, _IMPORT_KEY, exc, shapes="verify page tables",
+                                        device="cuda", fallback=KERNEL_FALLBACK, when="at import")
+            module = False
+        _kernel_module = module
+    return _kernel_module or None
+
+
+def _kernel_built(req_to_token, req_pool_indices, seq_lens, draft_num, page_size, table, swa_mapping, swa_table):
+    """Did the Triton kernel build ``table`` (and ``swa_table``)? False, for the
+    torch path to build them, where the kernel does not take these tensors,
+    does not import, or is known to fail for their configuration; a first
+    failure to compile or launch is recorded and logged once
+    (``sglang_kv5d.kernel_check``). Host validation errors propagate."""
+    vt = _kernel_module or _kernel()
+    if vt is None or vt.verify_table_refusal(req_to_token, req_pool_indices, seq_lens, table, swa_mapping,
+                                             swa_table) is not None:
+        return False
+    kernel_check = _kernel_check
+    if kernel_check is None:  # the module was put in place without _kernel() (tests)
+        from .. import kernel_check
+    failed = kernel_check.FAILED
+    if failed:  # empty in a healthy process: no key is built
+        key = vt.failure_key(req_to_token, req_pool_indices, seq_lens, page_size, table, swa_mapping, swa_table)
+        if (KERNEL_NAME, key) in failed:
+            return False
+    try:
+        vt.launch_checked(req_to_token, req_pool_indices, seq_lens, int(draft_num), int(page_size), table,
+                          swa_mapping, swa_table)
+        return True
+    except Exception as exc:
+        if kernel_check.is_host_validation(exc):
+            raise
+        key = vt.failure_key(req_to_token, req_pool_indices, seq_lens, page_size, table, swa_mapping, swa_table)
+        kernel_check.record_failure(KERNEL_NAME, key, exc, shapes=vt.key_text(key), device=table.device,
+                                    fallback=KERNEL_FALLBACK)
+        return False
 
 
 def graph_table_shape(max_bs: int, max_context_len: int, num_draft_tokens: Optional[int], page_size: int):
