@@ -163,8 +163,10 @@ def test_hybrid_pool_falls_back_through_its_inner_pool(monkeypatch, overlay, cap
 
 
 def test_validation_errors_are_not_kernel_failures(monkeypatch, overlay, caplog):
-    """A subnormal scale is refused by the host check (ValueError): SGLang writes,
-    the kernel is not marked bad, and a good call afterwards takes the kernel."""
+    """An input the host check refuses (ValueError: a non-contiguous head dim)
+    goes to SGLang's write with one warning, the kernel is not marked bad, and
+    a good call afterwards takes the kernel. (A refused scale is not handed
+    over: tests/test_fp8_scales.py.)"""
     enable_5d(monkeypatch)
     pool = make_mha_pool(dtype=FP8, page_size=16, head_num=1, head_dim=64, layer_num=1, size=64)
     calls = []
@@ -178,11 +180,13 @@ def test_validation_errors_are_not_kernel_failures(monkeypatch, overlay, caplog)
     monkeypatch.setattr(fp8_write, "_write_kv_fp8_kernel", Counting())
     k, v = _inputs(4, 1, 64, seed=4)
     layer = types.SimpleNamespace(layer_id=0)
+    strided = torch.empty(4, 1, 128, dtype=k.dtype)[:, :, ::2]
+    strided.copy_(k)
     with caplog.at_level(logging.WARNING, logger="sglang_kv5d"):
-        pool.set_kv_buffer(layer, torch.arange(4), k.clone(), v.clone(), 1e-40, 1.0)
+        pool.set_kv_buffer(layer, torch.arange(4), strided, v.clone(), 1.0, 1.0)
     assert calls == [] and kernel_check.failures() == {}
     warns = _warnings(caplog, "not taken")
-    assert len(warns) == 1 and "k_scale" in warns[0] and "subnormal" in warns[0], warns
+    assert len(warns) == 1 and "head dim must be contiguous" in warns[0], warns
     pool.set_kv_buffer(layer, torch.arange(4, 8), k.clone(), v.clone(), 1.0, 1.0)
     assert len(calls) == 1
 

@@ -139,11 +139,10 @@ def block_table_from_token_slots(kv_indptr, token_slots, page_size: int, batch_s
 
 def _page_table_2d(table, batch_size: int):
     """The first ``batch_size`` rows of a 2-D page table, in its own integer
-    dtype (the Triton kernels read int32 and int64; the aiter path casts)."""
-    t = table[:batch_size]
-    if t.stride(-1) != 1:
-        t = t.contiguous()
-    return t
+    dtype and strides (the Triton kernels read int32 and int64 views of any
+    strides, so no copy is made, inside a CUDA-graph capture neither; the
+    aiter path casts, which makes a contiguous copy)."""
+    return table[:batch_size]
 
 
 def _qo_indptr(backend):

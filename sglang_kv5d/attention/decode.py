@@ -47,11 +47,19 @@ def forward_decode_vectorized_5d(backend, q, layer, forward_batch, k_cache, v_ca
     impl, fns = _route(key, _DECODE_FNS, unsupported)
 
     def run_aiter(fns):
+        # pa_decode_gluon reads the lengths and sinks as contiguous and the page
+        # table's rows as contiguous (research/aiter-api.md): other views are
+        # copied here (SGLang's own tensors are already contiguous: no copy)
         lens = context_lens if context_lens.dtype == torch.int32 else context_lens.to(torch.int32)
         table = block_tables if block_tables.dtype == torch.int32 else block_tables.to(torch.int32)
+        if not lens.is_contiguous():
+            lens = lens.contiguous()
+        if table.stride(-1) != 1 and table.shape[-1] > 1:
+            table = table.contiguous()
         _decode_aiter(
             fns, backend, layer, q3, o3, k_cache, v_cache, table, lens,
-            bs, hq, hkv, d, fp8, window, sinks,
+            bs, hq, hkv, d, fp8, window,
+            sinks if sinks is None or sinks.is_contiguous() else sinks.contiguous(),
         )
 
     if impl == "aiter":

@@ -6,7 +6,14 @@ Layout, with ``X = 16 // element_bytes`` (8 for bf16/fp16, 16 for fp8)::
     V cache: (num_blocks, H_kv, page // X, D, X)   V5d[b, h, t // X, d, t % X] = V[b, t, h, d]
 
 Both ``(page, X)`` (K) and ``(D, X)`` (V) tails must be contiguous; block, head and
-chunk strides may be anything (views of a larger pool are fine).
+chunk strides may be anything (views of a larger pool are fine). The query and
+every metadata tensor (block tables, context / kv lengths, ``qo_indptr``, sinks)
+may be any view: the kernels read them through their strides (stride 0 and
+storage offsets included) and the host copies none of them (the extend's
+``qo_indptr`` is clamped by device ops into a fresh tensor, as it always was).
+Strides equal to 1 are specialised by
+Triton, so contiguous metadata compiles to the code it always did. ``out``
+needs a contiguous last dim and rows that do not share memory.
 
 Two entry points:
 
@@ -131,6 +138,7 @@ def _load_kv_tile(
     k_head,
     v_head,
     bt_row,
+    stride_btn,
     n0,
     ctx,
     n_blocks,
@@ -186,7 +194,7 @@ def _load_kv_tile(
             # vectors (a 3-D tile leaves the lane order to a tie-break that
             # put the lanes of K on 32 different chunks: every sector was
             # fetched twice, half by each of two loads).
-            tile_ok, blk = _block_ok(tl.load(bt_row + n0 // PAGE).to(tl.int64), n_blocks)
+            tile_ok, blk = _block_ok(tl.load(bt_row + (n0 // PAGE) * stride_btn).to(tl.int64), n_blocks)
             tok_ok = offs_n >= 0
             t0 = n0 % PAGE
             okx = tl.arange(0, BLOCK_N * X)
@@ -213,12 +221,12 @@ def _load_kv_tile(
             v_off = offs_d[None, :, None] * X + ox[None, None, :]  # [1, BLOCK_D, X]
             tok = n0 + offs_n
             tok_ok, blk = _block_ok(
-                tl.load(bt_row + tok // PAGE, mask=tok < ctx, other=0).to(tl.int64), n_blocks)
+                tl.load(bt_row + (tok // PAGE) * stride_btn, mask=tok < ctx, other=0).to(tl.int64), n_blocks)
             tile_ok = n0 >= 0
             k_ptrs = k_head + (blk * stride_kb + (tok % PAGE) * X)[None, :, None] + k_off
             tokg = n0 + otc * X
             g_ok, blkg = _block_ok(
-                tl.load(bt_row + tokg // PAGE, mask=tokg < ctx, other=0).to(tl.int64), n_blocks)
+                tl.load(bt_row + (tokg // PAGE) * stride_btn, mask=tokg < ctx, other=0).to(tl.int64), n_blocks)
             v_ptrs = (
                 v_head
                 + (blkg * stride_vb + ((tokg % PAGE) // X) * stride_vc)[:, None, None]
@@ -240,7 +248,7 @@ def _load_kv_tile(
         k_dpart = (offs_d[:, None] // X) * stride_kc + (offs_d[:, None] % X)
         v_dpart = offs_d[None, :] * X
         if PAGE_ALIGNED:
-            tile_ok, blk = _block_ok(tl.load(bt_row + n0 // PAGE).to(tl.int64), n_blocks)
+            tile_ok, blk = _block_ok(tl.load(bt_row + (n0 // PAGE) * stride_btn).to(tl.int64), n_blocks)
             tok_ok = offs_n >= 0
             t0 = n0 % PAGE
             k_ptrs = k_head + blk * stride_kb + t0 * X + (offs_n * X)[None, :] + k_dpart
@@ -254,7 +262,7 @@ def _load_kv_tile(
         else:
             tok = n0 + offs_n
             tok_ok, blk = _block_ok(
-                tl.load(bt_row + tok // PAGE, mask=tok < ctx, other=0).to(tl.int64), n_blocks)
+                tl.load(bt_row + (tok // PAGE) * stride_btn, mask=tok < ctx, other=0).to(tl.int64), n_blocks)
             tile_ok = n0 >= 0
             t = tok % PAGE
             k_ptrs = k_head + (blk * stride_kb + t * X)[None, :] + k_dpart
@@ -372,6 +380,10 @@ def _decode_5d_kernel(
     stride_vh,
     stride_vc,
     stride_btb,
+    stride_btn,
+    stride_qd,
+    stride_ctx,
+    stride_sink,
     stride_ob,
     stride_oh,
     stride_mb,
@@ -422,7 +434,7 @@ def _decode_5d_kernel(
         mask_h = r < PACK * G
         g_idx = r % G
         qrow = b * PACK + (r // G)
-        ctx_r = tl.load(CTX + qrow, mask=mask_h, other=0).to(tl.int32)
+        ctx_r = tl.load(CTX + qrow * stride_ctx, mask=mask_h, other=0).to(tl.int32)
         ctx_r = tl.minimum(tl.maximum(ctx_r, 0), max_ctx)
         ctx = tl.max(ctx_r, 0)
         ctx_lo = tl.min(tl.where(mask_h, ctx_r, max_ctx), 0)  # keys below it are every row's
@@ -436,7 +448,7 @@ def _decode_5d_kernel(
         mask_h = g_idx < G
         # lengths outside [0, what the block table covers] are clamped: nothing is
         # read past the table row or the caches (a length <= 0 gives zeros)
-        ctx = tl.minimum(tl.maximum(tl.load(CTX + b).to(tl.int32), 0), max_ctx)
+        ctx = tl.minimum(tl.maximum(tl.load(CTX + b * stride_ctx).to(tl.int32), 0), max_ctx)
         lo = 0
         if HAS_WINDOW:
             lo = tl.maximum(ctx - 1 - window, 0)
@@ -454,13 +466,13 @@ def _decode_5d_kernel(
 
     if PACK > 1:
         q = tl.load(
-            Q + (qrow * stride_qb + head * stride_qh)[:, None] + offs_d[None, :],
+            Q + (qrow * stride_qb + head * stride_qh)[:, None] + offs_d[None, :] * stride_qd,
             mask=mask_h[:, None] & mask_d[None, :],
             other=0.0,
         ).to(COMPUTE)
     else:
         q = tl.load(
-            Q + b * stride_qb + head[:, None] * stride_qh + offs_d[None, :],
+            Q + b * stride_qb + head[:, None] * stride_qh + offs_d[None, :] * stride_qd,
             mask=mask_h[:, None] & mask_d[None, :],
             other=0.0,
         ).to(COMPUTE)
@@ -489,7 +501,7 @@ def _decode_5d_kernel(
     # window. The host picks which (``_mask_tile``).
     for n0 in tl.range(start, full_end, BLOCK_N, num_stages=NUM_STAGES):
         k, v, tok_ok, tile_ok = _load_kv_tile(
-            k_head, v_head, bt_row, n0, ctx, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
+            k_head, v_head, bt_row, stride_btn, n0, ctx, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
             D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE, MASK_TILE,
         )
         if PAGE_ALIGNED and MASK_TILE:
@@ -511,7 +523,7 @@ def _decode_5d_kernel(
         for n0 in tl.range(tail, end, BLOCK_N):
             tok = n0 + offs_n
             k, v, tok_ok, tile_ok = _load_kv_tile(
-                k_head, v_head, bt_row, n0, ctx, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
+                k_head, v_head, bt_row, stride_btn, n0, ctx, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
                 D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE, MASK_TILE,
             )
             seen = (tok[None, :] < ctx_r[:, None]) & (tok[None, :] >= lo_r[:, None]) & tok_ok[None, :]
@@ -522,7 +534,7 @@ def _decode_5d_kernel(
     elif tail < end:
         tok = tail + offs_n
         k, v, tok_ok, tile_ok = _load_kv_tile(
-            k_head, v_head, bt_row, tail, ctx, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
+            k_head, v_head, bt_row, stride_btn, tail, ctx, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
             D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE, MASK_TILE,
         )
         m_n, l_n, acc_n = _softmax_step(
@@ -532,7 +544,7 @@ def _decode_5d_kernel(
 
     if DIRECT:
         if HAS_SINK:
-            sink = tl.load(SINKS + head, mask=mask_h, other=float("-inf")).to(tl.float32)
+            sink = tl.load(SINKS + head * stride_sink, mask=mask_h, other=float("-inf")).to(tl.float32)
             sink2 = sink * 1.4426950408889634
             m_fin = tl.maximum(m_i, sink2)
             m_fin = tl.where(m_fin == float("-inf"), 0.0, m_fin)
@@ -576,6 +588,7 @@ def _decode_reduce_kernel(
     stride_ms,
     stride_ob,
     stride_oh,
+    stride_sink,
     NUM_SPLITS,
     H_Q: tl.constexpr,
     BLOCK_S: tl.constexpr,
@@ -599,7 +612,7 @@ def _decode_reduce_kernel(
     )
     m = tl.max(lse, 0)
     if HAS_SINK:
-        sink2 = tl.load(SINKS + h).to(tl.float32) * 1.4426950408889634
+        sink2 = tl.load(SINKS + h * stride_sink).to(tl.float32) * 1.4426950408889634
         m = tl.maximum(m, sink2)
     m = tl.where(m == float("-inf"), 0.0, m)
     w = tl.exp2(lse - m)
@@ -658,6 +671,10 @@ def _extend_5d_kernel(
     stride_vh,
     stride_vc,
     stride_btb,
+    stride_btn,
+    stride_qd,
+    stride_kvl,
+    stride_sink,
     stride_ot,
     stride_oh,
     B,
@@ -701,7 +718,7 @@ def _extend_5d_kernel(
         q_start = tl.minimum(tl.maximum(tl.load(QO_INDPTR + b), 0), T)
         q_end = tl.minimum(tl.maximum(tl.load(QO_INDPTR + b + 1), q_start), T)
         q_len = q_end - q_start
-        kv_len = tl.minimum(tl.maximum(tl.load(KV_LENS + b), 0), max_ctx)
+        kv_len = tl.minimum(tl.maximum(tl.load(KV_LENS + b * stride_kvl), 0), max_ctx)
         prefix = kv_len - q_len
 
         offs_m = m_blk * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -718,7 +735,7 @@ def _extend_5d_kernel(
 
         row = (q_start + offs_m).to(tl.int64)
         q = tl.load(
-            Q + row[:, None] * stride_qt + hq * stride_qh + offs_d[None, :],
+            Q + row[:, None] * stride_qt + hq * stride_qh + offs_d[None, :] * stride_qd,
             mask=mask_m[:, None] & mask_d[None, :],
             other=0.0,
         ).to(COMPUTE)
@@ -747,7 +764,7 @@ def _extend_5d_kernel(
             tok = n0 + offs_n
             in_ctx = tok < kv_len
             k, v, tok_ok, tile_ok = _load_kv_tile(
-                k_head, v_head, bt_row, n0, kv_len, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
+                k_head, v_head, bt_row, stride_btn, n0, kv_len, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
                 D, BLOCK_D, BLOCK_N, PAGE, X, PAGE % BLOCK_N == 0, LOAD3D, FP8_MODE, COMPUTE, False,
             )
             # one block per tile (PAGE % BLOCK_N == 0): a bad id discards the
@@ -774,7 +791,7 @@ def _extend_5d_kernel(
             m_i, l_i, acc = _keep_if(tile_ok, m_new, l_new, acc_new, m_i, l_i, acc)
 
         if HAS_SINK:
-            sink2 = tl.load(SINKS + hq).to(tl.float32) * 1.4426950408889634
+            sink2 = tl.load(SINKS + hq * stride_sink).to(tl.float32) * 1.4426950408889634
             m_fin = tl.maximum(m_i, sink2)
             m_fin = tl.where(m_fin == float("-inf"), 0.0, m_fin)
             corr = tl.exp2(m_i - m_fin)
@@ -870,11 +887,28 @@ _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
 
+def _stride(t, dim: int) -> int:
+    """``t.stride(dim)``, or 1 where that dimension has at most one element (its
+    stride is never used: one specialisation of the kernel for such views)."""
+    return t.stride(dim) if t.shape[dim] > 1 else 1
+
+
+def _span(t) -> int:
+    """Elements between the first and the last element of the view ``t``."""
+    return sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 1)
+
+
 def _check_metadata(q, batch: int, block_tables, lens, lens_name: str, sinks, H_q: int, out, out_shape,
                     table_rows: Optional[int] = None) -> None:
     """The shape and dtype mistakes the host sees without a sync (TypeError /
     ValueError naming the argument). Values (block ids, lengths, indptr
-    entries) are the kernels' to clamp: reading them would sync."""
+    entries) are the kernels' to clamp: reading them would sync.
+
+    Strides: the kernels take every view of ``block_tables``, the lengths and
+    ``sinks`` as it is (its strides, stride 0 and storage offset honoured; no
+    copy, so nothing is allocated inside a CUDA-graph capture), within 32-bit
+    element offsets (a view spanning 2**31 elements or more is refused). ``out``
+    must not have rows that share memory (a stride 0 over several rows)."""
     if q.dtype not in _FLOAT_DTYPES:
         raise TypeError(f"q: expected bfloat16, float16 or float32, got {q.dtype}")
     for name, t in (("block_tables", block_tables), (lens_name, lens)):
@@ -894,9 +928,17 @@ def _check_metadata(q, batch: int, block_tables, lens, lens_name: str, sinks, H_
             raise TypeError(f"sinks: expected a floating-point tensor of H_q={H_q} logits, got {sinks!r:.80}")
         if sinks.dim() != 1 or sinks.shape[0] < H_q or sinks.device != q.device:
             raise ValueError(f"sinks: expected ({H_q},) on {q.device}, got shape {tuple(sinks.shape)} on {sinks.device}")
+    for name, t in (("block_tables", block_tables), (lens_name, lens), ("sinks", sinks)):
+        if t is not None and _span(t) > _INT32_MAX:
+            raise ValueError(f"{name}: a view of shape {tuple(t.shape)} with strides {t.stride()} spans "
+                             f"{_span(t)} elements, past the kernels' 32-bit metadata offsets: pass "
+                             f"{name}.contiguous()")
     if out is not None and (tuple(out.shape) != tuple(out_shape) or out.stride(-1) != 1):
         raise ValueError(f"out: expected shape {tuple(out_shape)} with a contiguous last dim, got "
                          f"{tuple(out.shape)} strides {out.stride()}")
+    if out is not None and any(n > 1 and st == 0 for n, st in zip(out.shape, out.stride())):
+        raise ValueError(f"out: rows share memory (shape {tuple(out.shape)}, strides {out.stride()}): "
+                         f"pass an output whose rows and heads do not overlap, or out=None")
 
 
 def check_metadata_values(block_tables, lens, *, num_blocks: int, page: int, batch: int,
@@ -1219,10 +1261,6 @@ def decode_attention_5d(
     if H_q % H_kv:
         raise ValueError(f"H_q={H_q} is not a multiple of H_kv={H_kv}")
     G = H_q // H_kv
-    if q.stride(2) != 1:
-        q = q.contiguous()
-    if block_tables.stride(1) != 1:
-        block_tables = block_tables.contiguous()
     max_ctx = min(block_tables.shape[1] * page, _INT32_MAX)
     if _debug_bounds(q.device):
         check_metadata_values(block_tables, context_lens, num_blocks=nb, page=page, batch=B, rows_per_table_row=qps)
@@ -1251,7 +1289,8 @@ def decode_attention_5d(
             kp if kis else q, vp if vis else q, kval, vval, float(sm_scale),
             float(logit_cap) if has_cap else 0.0, window, nb, max_ctx,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2), block_tables.stride(0),
+            v.stride(0), v.stride(1), v.stride(2), block_tables.stride(0), _stride(block_tables, 1),
+            _stride(q, 2), _stride(context_lens, 0), _stride(sinks, 0) if has_sink else 1,
             out.stride(0), out.stride(1), sm[0], sm[1], sm[2], splits,
         )
 
@@ -1311,6 +1350,7 @@ def decode_attention_5d(
             mid_o.stride(2),
             out.stride(0),
             out.stride(1),
+            _stride(sinks, 0) if has_sink else 1,
             num_splits,
             H_Q=H_q,
             BLOCK_S=_pow2(num_splits),
@@ -1375,10 +1415,6 @@ def extend_attention_5d(
     if H_q % H_kv:
         raise ValueError(f"H_q={H_q} is not a multiple of H_kv={H_kv}")
     G = H_q // H_kv
-    if q.stride(2) != 1:
-        q = q.contiguous()
-    if block_tables.stride(1) != 1:
-        block_tables = block_tables.contiguous()
     max_ctx = min(block_tables.shape[1] * page, _INT32_MAX)
     if _debug_bounds(q.device):
         check_metadata_values(block_tables, kv_lens, num_blocks=nb, page=page, batch=B, qo_indptr=qo_indptr,
@@ -1433,6 +1469,10 @@ def extend_attention_5d(
         v.stride(1),
         v.stride(2),
         block_tables.stride(0),
+        _stride(block_tables, 1),
+        _stride(q, 2),
+        _stride(kv_lens, 0),
+        _stride(sinks, 0) if has_sink else 1,
         out.stride(0),
         out.stride(1),
         B,

@@ -73,6 +73,14 @@ the Triton CPU interpreter, ROCm until measured there) the kernel encodes the
 byte itself with integer arithmetic on the fp32 bits (same result, a few more
 instructions), and always stores bytes, so caches may be fp8-typed or uint8.
 
+Scales. Python floats and scale tensors obey one rule, checked on the host
+before anything is written, on every device: the float32 scale and its
+float32 reciprocal are positive normal numbers (zero, negative, infinite, NaN
+and subnormal scales raise ``ScaleError``). A tensor's value is read once per
+tensor and version (``check_scale_tensor``), so the per-call path has no
+device sync and stays CUDA-graph safe; inside a capture, a tensor never
+checked before is refused (it cannot be read there).
+
 Slot ids ``< 0`` are skipped; so are ids ``>= slots`` (a guard against
 corrupting memory; callers must not rely on it). Duplicate slot ids in one call
 are a race, as in every scatter.
@@ -83,6 +91,7 @@ from __future__ import annotations
 import functools
 import math
 import struct
+import weakref
 from types import MappingProxyType
 from typing import Mapping, NamedTuple, Optional, Union
 
@@ -92,7 +101,8 @@ import triton.language as tl
 
 from .target import KernelTarget, interpreting, target_of
 
-__all__ = ["write_kv_fp8", "launch_config", "FP8_MAX", "supported_fp8_dtypes"]
+__all__ = ["write_kv_fp8", "launch_config", "FP8_MAX", "supported_fp8_dtypes", "ScaleError", "scale_problem",
+           "check_scale_tensor"]
 
 X_FP8 = 16  # elements per 16-byte vector for 1-byte elements
 
@@ -782,8 +792,107 @@ def _round_to_float32(value: float) -> float:
         return math.copysign(math.inf, value)
 
 
+class ScaleError(ValueError):
+    """A k_scale / v_scale the fused write does not take (zero, negative,
+    infinite, NaN, subnormal, or with a subnormal / infinite float32
+    reciprocal), or a tensor scale it could not check. Raised before anything
+    is written, for Python floats and scale tensors alike, on every device."""
+
+
+_TINY32 = 2.0 ** -126  # the smallest normal float32
+
+
+def scale_problem(value: float) -> Optional[str]:
+    """Why the float32 scale ``value`` (a Python float) is refused, or None.
+
+    The kernel divides in float32 through the reciprocal (module docstring,
+    "Division"): a subnormal scale is flushed to zero on GPUs and its
+    reciprocal overflows; a reciprocal that is subnormal is flushed too; zero,
+    negative, infinite and NaN scales are not scales (SGLang itself treats a
+    non-positive checkpoint scale as absent). So the scale and its float32
+    reciprocal must be positive normal float32 numbers (about 1.2e-38 .. 8.5e37).
+    """
+    as32 = _round_to_float32(value) if math.isfinite(value) else value
+    if not math.isfinite(value) or not math.isfinite(as32) or not as32 > 0.0:
+        return "expected a positive finite scale (also after rounding to float32)"
+    rcp32 = _round_to_float32(1.0 / as32)
+    if as32 < _TINY32 or not math.isfinite(rcp32) or rcp32 < _TINY32:
+        return (f"{'subnormal' if as32 < _TINY32 else 'too large'} in float32 (its float32 value {as32!r}, "
+                f"reciprocal {rcp32!r}); the scale and its reciprocal must be normal float32 numbers, "
+                f"{_TINY32!r} .. {1.0 / _TINY32!r}")
+    return None
+
+
+# Tensor scales checked so far: (id(root tensor), data_ptr) -> (weakref to the root, version).
+# A scale tensor is a model constant (a layer's k_scale parameter): its value is
+# read on the host (one device sync) the first time it is seen and again only
+# after it changed (its version counter moves with every in-place write, e.g.
+# SGLang's copy_ of the loaded scale), never per call.
+_CHECKED_SCALES: dict = {}
+
+
+def _scale_root(t: torch.Tensor) -> torch.Tensor:
+    """The tensor ``t`` is a view of (a fresh ``reshape(1)`` of a layer's
+    parameter on every call finds the parameter), or ``t``."""
+    base = t._base
+    while base is not None:
+        t, base = base, base._base
+    return t
+
+
+def _read_scale(scale: torch.Tensor) -> float:
+    """The value of a one-element scale tensor, on the host (a device sync)."""
+    return float(scale.detach().reshape(()).to("cpu", torch.float32))
+
+
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def check_scale_tensor(name: str, scale: torch.Tensor) -> None:
+    """Check the value of a one-element float32 scale tensor once (ScaleError
+    naming ``name`` and the value if :func:`scale_problem` refuses it).
+
+    The check is remembered per tensor (the tensor a view was taken of, its
+    version counter and its address), so later calls with the same unchanged
+    tensor cost a dictionary lookup and no device sync. Inside a CUDA-graph
+    capture a tensor not checked before cannot be read (a sync is not allowed
+    there): ScaleError then asks for one write, or this call, before the
+    capture. A scale changed in place after a graph was captured is read by
+    the replay unchecked (replays run no Python); the next eager call checks it.
+    """
+    root = scale._base
+    if root is None:
+        root = scale
+    elif root._base is not None:
+        root = _scale_root(root)
+    ptr = scale.data_ptr()
+    key = (id(root), ptr)  # two scales viewed out of one tensor are two entries
+    try:
+        version = root._version
+    except RuntimeError:  # an inference tensor has no version counter
+        version = None
+    entry = _CHECKED_SCALES.get(key)
+    if entry is not None and entry[1] == version and entry[0]() is root:
+        return
+    if scale.is_meta:
+        return  # compiling for another GPU (kernels/aot.py): no value, nothing runs
+    if _capturing(scale.device):
+        raise ScaleError(
+            f"{name}: this scale tensor was not checked before the CUDA-graph capture, and reading its value "
+            f"there would sync: write once outside the capture (SGLang's warm-up does), or call "
+            f"sglang_kv5d.kernels.fp8_write.check_scale_tensor({name!r}, scale) before capturing"
+        )
+    value = _read_scale(scale)
+    why = scale_problem(value)
+    if why is not None:
+        raise ScaleError(f"{name}: the scale tensor holds {value!r}: {why}; fix the checkpoint's {name} "
+                         f"(or pass a calibrated scale)")
+    _CHECKED_SCALES[key] = (weakref.ref(root, lambda _r, k=key: _CHECKED_SCALES.pop(k, None)), version)
+
+
 def _check_scale(name: str, scale, device: torch.device):
-    """Return (kernel argument, is_pointer)."""
+    """Return (kernel argument, is_pointer); ScaleError for a refused value."""
     if isinstance(scale, torch.Tensor):
         if scale.numel() != 1:
             raise ValueError(
@@ -797,6 +906,7 @@ def _check_scale(name: str, scale, device: torch.device):
                 f"{name}: expected the scale tensor on the cache's device {device}, "
                 f"got {scale.device}"
             )
+        check_scale_tensor(name, scale)
         return scale, True
     if isinstance(scale, bool) or not isinstance(scale, (float, int)):
         raise TypeError(
@@ -804,28 +914,12 @@ def _check_scale(name: str, scale, device: torch.device):
             f"got {type(scale).__name__}"
         )
     value = float(scale)
-    as32 = _round_to_float32(value) if math.isfinite(value) else value
-    if not math.isfinite(value) or not math.isfinite(as32) or not as32 > 0.0:
-        raise ValueError(
-            f"{name}: expected a positive finite scale (also after rounding to float32), "
-            f"got {scale!r}"
-        )
-    # The kernel divides in float32 through the reciprocal (module docstring,
-    # "Division"): a subnormal scale is flushed to zero on GPUs and its
-    # reciprocal overflows; a reciprocal that is subnormal is flushed too. So
-    # both the scale and its float32 reciprocal must be normal float32 numbers
-    # (about 1.2e-38 .. 8.5e37). A tensor scale is read on the device and is
-    # not checked here (that would be a host sync).
-    tiny = 2.0 ** -126  # the smallest normal float32
-    rcp32 = _round_to_float32(1.0 / as32)
-    if as32 < tiny or not math.isfinite(rcp32) or rcp32 < tiny:
-        raise ValueError(
-            f"{name}: {scale!r} is {'subnormal' if as32 < tiny else 'too large'} in float32 "
-            f"(its float32 value {as32!r}, reciprocal {rcp32!r}); the scale and its reciprocal must "
-            f"be normal float32 numbers, {tiny!r} .. {1.0 / tiny!r}: pass a "
-            f"calibrated scale in that range"
-        )
-    return as32, False
+    why = scale_problem(value)
+    if why is not None:
+        if why.startswith("expected"):
+            raise ScaleError(f"{name}: {why}, got {scale!r}")
+        raise ScaleError(f"{name}: {scale!r} is {why}: pass a calibrated scale in that range")
+    return _round_to_float32(value), False
 
 
 def _check_input(name: str, x) -> None:
@@ -912,6 +1006,9 @@ def _plan(k, v, k_cache, v_cache, loc, fp8_dtype) -> _Plan:
         for name, c, D in (("k_cache", k_cache, DK), ("v_cache", v_cache, DV)):
             if c.stride(2) != 1:
                 raise ValueError(f"{name}: the head dim must be contiguous, got strides {c.stride()}")
+            if (c.shape[0] > 1 and c.stride(0) == 0) or (c.shape[1] > 1 and c.stride(1) == 0):
+                raise ValueError(f"{name}: slots or heads share memory (an expanded view, strides {c.stride()}): "
+                                 f"pass a cache whose slots and heads do not overlap")
         page = 1
         n_slots = k_cache.shape[0]
     elif k_cache.dim() == 5 and v_cache.dim() == 5:
@@ -1179,10 +1276,15 @@ def write_kv_fp8(
             storage views (then ``fp8_dtype`` is required).
         loc: ``(T,)`` int32/int64 destination slot per token; negative = skip.
         k_scale, v_scale: positive Python floats or one-element float32 tensors
-            on the cache's device (read by the kernel: no host sync).
+            on the cache's device (read by the kernel). Both kinds must be
+            normal float32 numbers with a normal reciprocal (``scale_problem``);
+            a tensor's value is checked on the host once, when the tensor is
+            first seen or after it changed in place (``check_scale_tensor``: one
+            device sync per scale tensor and version, none per call).
         fp8_dtype: the FP8 format of uint8 caches (checked against typed caches).
 
-    Raises TypeError / ValueError, before writing anything, on bad arguments.
+    Raises TypeError / ValueError, before writing anything, on bad arguments
+    (``ScaleError``, a ValueError, for a refused scale: the same on every device).
     The underscore arguments are for tests and benchmarks (``_config``
     overrides keys of ``launch_config``; ``_target`` compiles for another GPU
     than the caches' device, see ``kernels/aot.py``).

@@ -12,6 +12,19 @@ everything else to the original (why upstream's write needs replacing:
                once per pool; write_kv_fp8 validates shapes and strides before
                writing anything, and an input it refuses goes to the original.
 
+Scales. The kernel's rule for k_scale / v_scale is one for floats and
+tensors, on every device (fp8_write.scale_problem): a zero, negative,
+infinite, NaN or subnormal scale is refused (fp8_write.ScaleError, a host
+check before anything is written) and the ScaleError is raised to the caller,
+naming the layer: SGLang's own write would divide by the same scale and fill
+the cache with NaN or inf, so there is no safe fallback. (Other inputs the
+kernel refuses go to SGLang's write with one warning.) A
+scale tensor (the layer's k_scale parameter: a model constant) is read on the
+host once, at the layer's first write after loading, and again only if it
+changes in place (fp8_write.check_scale_tensor, keyed by the tensor and its
+version counter): no sync per call, and SGLang's eager warm-up checks every
+layer before a CUDA graph is captured.
+
 SWA and hybrid pools reach it through their inner MHA pools. Both call forms
 (``loc`` on 0.5.13.post1, ``loc_info``/KVWriteLoc later) are handled.
 
@@ -161,6 +174,15 @@ def _make(original):
                                             device=pool.k_buffer[idx].device,
                                             fallback=kernel_check.FP8_WRITE_FALLBACK)
                 return wrapped(*args, **kwargs)
+            if isinstance(exc, fp8_write.ScaleError):
+                # A refused scale is a model constant that is wrong: SGLang's
+                # own write would divide by it and fill the layer's cache with
+                # NaN / inf. Nothing was written; stop with the layer named.
+                raise fp8_write.ScaleError(
+                    f"sglang-kv5d fp8-kv-write: layer {idx + pool.start_layer}: {exc}; nothing was written. "
+                    "A zero, negative, infinite, NaN or subnormal KV scale would poison this layer's FP8 cache "
+                    "on any write path, so the overlay refuses it instead of handing it to SGLang's write"
+                ) from exc
             # write_kv_fp8 validates before writing anything: hand the call to
             # upstream, and say so once per kind of input.
             reason = f"{type(exc).__name__}: {exc}"
