@@ -129,6 +129,9 @@ def _parse_layout(raw: str) -> str:
 # The registry
 
 
+_DEFAULT = object()  # Switch.invalid: assume the default for an invalid value
+
+
 @dataclass(frozen=True)
 class Switch:
     name: str
@@ -141,6 +144,7 @@ class Switch:
     rule: str  # the rule that reports an invalid value (check / doctor)
     assumed: str = ""  # what activation assumes for an invalid value
     fix: str = ""  # how to fix an invalid value
+    invalid: Any = _DEFAULT  # the parsed value assumed for an invalid setting (default: ``default``)
 
     def read(self, environ: Optional[Mapping[str, str]] = None) -> Tuple[Any, Optional["Problem"]]:
         raw = _env(environ).get(self.name)
@@ -149,7 +153,7 @@ class Switch:
         try:
             return self.parse(raw), None
         except ValueError as exc:
-            return self.default, Problem(self, raw, str(exc))
+            return (self.default if self.invalid is _DEFAULT else self.invalid), Problem(self, raw, str(exc))
 
 
 @dataclass(frozen=True)
@@ -198,8 +202,9 @@ SWITCHES: Dict[str, Switch] = {
         Switch(
             PATCHES, OURS, "comma-separated patch names", None, "all patches",
             "allow list of the patches to apply (`sglang-kv5d patches` lists them)",
-            _parse_patch_names, SWITCH_RULE, assumed="every patch",
+            _parse_patch_names, SWITCH_RULE, assumed="no selectable patch (only the internal ones)",
             fix=f"list patch names from `sglang-kv5d patches`, comma-separated, or unset {PATCHES}",
+            invalid=(),  # fail closed: an invalid allow list selects nothing, never every patch
         ),
         _bool_switch(
             STRICT, True,
@@ -214,7 +219,8 @@ SWITCHES: Dict[str, Switch] = {
         Switch(
             STATUS_DIR, OURS, "an absolute directory path", None, "no status files",
             "each process writes its status to `<dir>/<pid>.json` (mode 0600; a world-writable directory "
-            "without the sticky bit, or one owned by another user, is refused)",
+            "without the sticky bit, one owned by another user, or a symlink on its path owned by another user, "
+            "is refused)",
             _parse_abs_path, SWITCH_RULE, assumed="no status files",
             fix=f"export {STATUS_DIR}=/an/absolute/directory you own, or unset it",
         ),
@@ -244,9 +250,10 @@ SWITCHES: Dict[str, Switch] = {
         Switch(
             PEER_PATH, OURS, "an absolute directory path", None, "unset",
             "`sglang-kv5d bench` only: a directory holding a copy of SGLang's Triton decode kernel "
-            "(`sglang_peer`) to time against when the installed SGLang has none; it is put on `sys.path`",
+            "(`sglang_peer`) to time against when the installed SGLang has none; it is put on `sys.path` and its "
+            "code runs, so it (and the folders above it) must be owned by you or root and not group/world-writable",
             _parse_abs_path, SWITCH_RULE, assumed="unset (no extra peer)",
-            fix=f"export {PEER_PATH}=/an/absolute/directory, or unset it",
+            fix=f"export {PEER_PATH}=/an/absolute/directory only you can write, or unset it",
         ),
         Switch(
             LAYOUT, SGLANG, "`nhd`, `vectorized_5d` (any case, no spaces)", "nhd", "nhd",
@@ -309,11 +316,26 @@ def problems(
         if problem is not None:
             out.append(problem)
         elif sw.name == PATCHES and parsed and known_patches is not None:
-            known = sorted(set(known_patches))
-            unknown = [n for n in parsed if n not in known]
-            if unknown:
-                out.append(Problem(sw, env[PATCHES], f"unknown patch name(s) {', '.join(unknown)}; known: {', '.join(known)}"))
+            why = unknown_patch_names(parsed, known_patches)
+            if why:
+                out.append(Problem(sw, env[PATCHES], why))
     return out
+
+
+def unknown_patch_names(names: Iterable[str], known_patches: Iterable[str]) -> Optional[str]:
+    """None when every name is a known patch, else what is wrong: each unknown
+    name with the closest known one (a typo hint), then the known names."""
+    import difflib
+
+    known = sorted(set(known_patches))
+    parts = []
+    for n in names:
+        if n not in known:
+            close = difflib.get_close_matches(n, known, n=1, cutoff=0.6)
+            parts.append(repr(n) + (f" (did you mean {close[0]}?)" if close else ""))
+    if not parts:
+        return None
+    return f"unknown patch name(s) {', '.join(parts)}; known: {', '.join(known)}"
 
 
 def unknown_own_names(environ: Optional[Mapping[str, str]] = None) -> List[Tuple[str, Optional[str]]]:
@@ -342,7 +364,8 @@ def gate_on(environ: Optional[Mapping[str, str]] = None) -> bool:
 
 
 def selected_patches(environ: Optional[Mapping[str, str]] = None) -> Optional[Tuple[str, ...]]:
-    """Names from SGLANG_KV5D_PATCHES, or None when every patch is selected (or the value is invalid)."""
+    """Names from SGLANG_KV5D_PATCHES, None when every patch is selected (unset or empty), and ``()``
+    (nothing selectable) when the value is invalid: an invalid allow list never means every patch."""
     return value(PATCHES, environ)
 
 

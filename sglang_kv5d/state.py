@@ -14,6 +14,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
+from .safe_text import one_line, printable
 from .surface_names import MODULE_PREFIX, PROCESS_TITLE_PREFIX
 
 APPLIED = "applied"
@@ -78,7 +79,7 @@ class Status:
             names = self.by_state(state)
             if names:
                 parts.append(f"{state}=[{', '.join(names)}]")
-        return "sglang-kv5d: " + " ".join(parts)
+        return "sglang-kv5d: " + one_line(" ".join(parts))
 
     def table(self) -> str:
         head = [
@@ -88,8 +89,8 @@ class Status:
             f"strict mode: {'on' if self.strict else 'off'}",
         ]
         rows = [("patch", "state", "5D", "reason")]
-        for p in self.patches:
-            rows.append((p.name, p.state, "yes" if p.required_for_5d else "", p.reason))
+        for p in self.patches:  # names and reasons may carry outside values (paths, env values)
+            rows.append((one_line(p.name), p.state, "yes" if p.required_for_5d else "", one_line(p.reason)))
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
         lines = []
         for i, r in enumerate(rows):
@@ -98,8 +99,8 @@ class Status:
                 lines.append("  ".join("-" * w for w in widths) + "  " + "-" * 6)
         out = head + [""] + lines
         if self.warnings:
-            out += [""] + [f"warning: {w}" for w in self.warnings]
-        return "\n".join(out)
+            out += [""] + [f"warning: {one_line(w)}" for w in self.warnings]
+        return "\n".join(printable(line) for line in out)
 
     __str__ = table
 
@@ -125,10 +126,38 @@ def status_dir_problem(directory: str) -> Optional[str]:
     could rename or replace our files), or one owned by a user other than us
     and root. Not a directory at all is reported too.
     """
+    planted = planted_symlink(directory)
+    if planted is not None:
+        return planted
     try:
         st = os.stat(directory)
     except OSError as exc:
         return f"cannot stat {directory}: {exc.strerror or exc}"
+    return _dir_stat_problem(directory, st)
+
+
+def planted_symlink(path: str) -> Optional[str]:
+    """Why a symlink on ``path`` (the path itself or any directory above it)
+    is not to be followed, or None: one owned by a user other than us and root
+    (checked with ``lstat``) could lead our files anywhere another user chose,
+    e.g. ``/tmp/status -> /root/...``."""
+    uid = os.geteuid()
+    current = os.sep
+    for part in os.path.abspath(path).split(os.sep):
+        if not part:
+            continue
+        current = os.path.join(current, part)
+        try:
+            lst = os.lstat(current)
+        except OSError:
+            return None  # missing from here on: nothing below it can be a link yet
+        if stat.S_ISLNK(lst.st_mode) and lst.st_uid not in (uid, 0):
+            return (f"{current} is a symbolic link owned by uid {lst.st_uid}, not by this user (uid {uid}) "
+                    "or root; refusing to follow it")
+    return None
+
+
+def _dir_stat_problem(directory: str, st: os.stat_result) -> Optional[str]:
     if not stat.S_ISDIR(st.st_mode):
         return f"{directory} is not a directory"
     if st.st_mode & (stat.S_IWOTH | stat.S_IWGRP) and not st.st_mode & stat.S_ISVTX:
@@ -145,7 +174,11 @@ def write_json_file(path: str, text: str, *, readable: bool = False) -> None:
     """Create ``path`` with ``text`` without following or trusting anything planted there.
 
     * a missing directory is created 0700 (parents too);
-    * the directory must pass :func:`status_dir_problem`, else UnsafeStatusDir;
+    * no symlink on the way may belong to another user (:func:`planted_symlink`,
+      checked with ``lstat`` before the directory is created), and the
+      directory must pass :func:`status_dir_problem`, else UnsafeStatusDir;
+    * the file is created through a descriptor of the checked directory
+      (re-checked with ``fstat``), so the path cannot be swapped in between;
     * the data goes to a new file with a random name created with
       ``O_CREAT|O_EXCL|O_NOFOLLOW`` (never an existing file or a symlink's
       target), mode 0600, or 0644 with ``readable`` when the directory is ours;
@@ -153,19 +186,34 @@ def write_json_file(path: str, text: str, *, readable: bool = False) -> None:
       replaces a symlink at ``path`` itself rather than its target.
     """
     directory = os.path.dirname(path) or "."
+    planted = planted_symlink(directory)
+    if planted is not None:  # before mkdir: never create directories through it
+        raise UnsafeStatusDir(planted)
     _makedirs_private(directory)
     problem = status_dir_problem(directory)
     if problem is not None:
         raise UnsafeStatusDir(problem)
-    mode = 0o600
-    if readable and os.stat(directory).st_uid == os.geteuid():
-        mode = 0o644
+    # Work through a descriptor of the directory just checked, so a swap of the
+    # path (a symlink planted after the check) cannot redirect the write.
+    dflags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+    dfd = os.open(directory, dflags)
+    try:
+        dst = os.fstat(dfd)
+        problem = _dir_stat_problem(directory, dst)
+        if problem is not None:
+            raise UnsafeStatusDir(problem)
+        mode = 0o644 if readable and dst.st_uid == os.geteuid() else 0o600
+        _write_in(dfd, directory, os.path.basename(path), text, mode)
+    finally:
+        os.close(dfd)
+
+
+def _write_in(dfd: int, directory: str, base: str, text: str, mode: int) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    base = os.path.basename(path)
     for _ in range(16):
-        tmp = os.path.join(directory, f".{base}.{os.urandom(6).hex()}.tmp")
+        tmp = f".{base}.{os.urandom(6).hex()}.tmp"
         try:
-            fd = os.open(tmp, flags, mode)
+            fd = os.open(tmp, flags, mode, dir_fd=dfd)
             break
         except FileExistsError:
             continue
@@ -177,10 +225,10 @@ def write_json_file(path: str, text: str, *, readable: bool = False) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, base, src_dir_fd=dfd, dst_dir_fd=dfd)
     except BaseException:
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dfd)
         except OSError:
             pass
         raise
@@ -213,9 +261,9 @@ def write_status_file(status: "Status", directory: str, log) -> Optional[str]:
         if key not in _WARNED_DIRS:
             _WARNED_DIRS.add(key)
             log.warning("sglang-kv5d: not writing status files to %s: %s (use a directory only you can write, "
-                        "e.g. mkdir -m 700)", directory, exc)
-    except OSError as exc:
-        log.warning("sglang-kv5d: cannot write status to %s: %s", directory, exc)
+                        "e.g. mkdir -m 700)", one_line(directory), one_line(exc))
+    except OSError as exc:  # a newline in the path must not forge a log line
+        log.warning("sglang-kv5d: cannot write status to %s: %s", one_line(directory), one_line(exc))
     return None
 
 

@@ -166,6 +166,22 @@ class Refused(Exception):
         self.state = state
 
 
+NOT_APPLICABLE = "not applicable: "  # the reason's prefix when a target is newer than the installed SGLang
+
+
+def _older_than_surface(surface: Surface) -> Optional[str]:
+    """The "not applicable" reason when the installed SGLang predates the
+    version a missing target first appears in (the row's ``since``), else None."""
+    from .. import versions as _versions
+
+    installed = _versions.parse_version_or_none(_versions.installed_sglang_version() or "")
+    since = _versions.parse_version_or_none(surface.since)
+    if installed is None or since is None or not installed < since:
+        return None
+    return (f"{NOT_APPLICABLE}{surface.id} exists from SGLang {surface.since}; "
+            f"this is {_versions.installed_sglang_version()}")
+
+
 def resolve_patch(patch: Patch, surfaces: Mapping[str, Surface]) -> List[Tuple[Binding, Resolved]]:
     """Resolve and check every binding. Raises Pending or Refused."""
     resolved: List[Tuple[Binding, Resolved]] = []
@@ -178,6 +194,9 @@ def resolve_patch(patch: Patch, surfaces: Mapping[str, Surface]) -> List[Tuple[B
         try:
             r = resolve_loaded(surface)
         except LookupError as exc:
+            older = _older_than_surface(surface)
+            if older:
+                raise Refused(older, SKIPPED) from None
             raise Refused(str(exc).strip("'\"")) from None
         if r.attr in PROCESS_TARGET_NAMES:
             raise Refused(f"{r.target} is a multiprocessing process target; wrapping it breaks spawn")
@@ -287,10 +306,35 @@ def _rebind_copies(r: Resolved, replacement: Any) -> List[Tuple[types.ModuleType
     return rebound
 
 
+def _later_copies(r: Resolved, replacement: Any) -> List[Tuple[types.ModuleType, str]]:
+    """Every loaded holder of ``replacement`` other than the target itself.
+
+    A module imported after the patch was installed (activation before the
+    SGLang import: ``aiter_backend`` runs ``from aiter_utils import ...`` after
+    aiter_utils' import hook patched it) copied the replacement, and nobody
+    recorded it; restore finds such copies here: the surface's declared copy
+    holders and every loaded ``sglang`` module.
+    """
+    found: List[Tuple[types.ModuleType, str]] = []
+    candidates = set(r.surface.copies)
+    candidates.update(n for n in list(sys.modules) if n == PACKAGE or n.startswith(MODULE_PREFIX))
+    for modname in sorted(candidates):
+        module = sys.modules.get(modname)
+        namespace = getattr(module, "__dict__", None)
+        if module is None or not isinstance(namespace, dict):
+            continue
+        for name, value in list(namespace.items()):
+            if value is replacement and not (module is r.owner and name == r.attr):
+                found.append((module, name))
+    return found
+
+
 def restore(inst: Installed) -> Optional[str]:
-    """Put the original back; returns a problem description or None."""
+    """Put the original back, in the target and in every copy of the
+    replacement (recorded at install or made later); returns a problem
+    description or None."""
     r = inst.resolved
-    for module, name in inst.copies:
+    for module, name in list(dict.fromkeys(inst.copies + _later_copies(r, inst.replacement))):
         if getattr(module, name, None) is inst.replacement:
             setattr(module, name, r.raw)
     if r.current() is not inst.replacement:

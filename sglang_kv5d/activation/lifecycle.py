@@ -207,12 +207,21 @@ def activate(patches: Optional[Sequence[str]] = None, strict: Optional[bool] = N
 
     ``patches`` limits the selectable patches (default: SGLANG_KV5D_PATCHES,
     else all); ``strict`` overrides SGLANG_KV5D_STRICT. With ``route="api"``
-    the choice is also exported to ``os.environ`` so child processes inherit it.
+    both are validated first (:func:`check_patches_arg`, :func:`check_strict_arg`:
+    TypeError / ValueError, nothing changed) and exported to ``os.environ``, so
+    child processes inherit exactly this selection and strictness.
     """
     eng = engine
     with eng.lock:
         recheck_pid(eng)
-        if route == "api":
+        discovered = None
+        if route == "api":  # the other routes pass nothing
+            strict = check_strict_arg(strict)
+            if patches is not None:
+                if not eng.active:
+                    discovered = discover_patches(eng.surfaces)
+                known = eng.records if eng.active else [name for name, _, _ in discovered]
+                patches = check_patches_arg(patches, known)
             _export_env(eng, patches, strict)
         if route not in eng.routes:
             eng.routes.append(route)
@@ -236,13 +245,11 @@ def activate(patches: Optional[Sequence[str]] = None, strict: Optional[bool] = N
         eng.warnings = []
         for msg in config.activation_warnings():  # invalid switches: name them and what is assumed
             _warn(eng, msg)
-        discovered = discover_patches(eng.surfaces)
-        known = {name for name, _, _ in discovered}
-        unknown = [n for n in selected or () if n not in known]
+        if discovered is None:
+            discovered = discover_patches(eng.surfaces)
+        unknown = config.unknown_patch_names(selected or (), [name for name, _, _ in discovered])
         if unknown:
-            eng.warnings.append(
-                f"unknown patch name(s) in the selection: {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-            )
+            eng.warnings.append(f"{config.PATCHES}: {unknown}")
         preloaded = _preloaded_modules(eng, discovered)
         eng.active = True
         to_hook: List[str] = []
@@ -272,6 +279,52 @@ def activate(patches: Optional[Sequence[str]] = None, strict: Optional[bool] = N
         else:
             _report(eng)
         return snapshot(eng)
+
+
+def check_strict_arg(strict: Any) -> Optional[bool]:
+    """``activate(strict=...)``: None, a bool, or a string spelled as
+    SGLANG_KV5D_STRICT accepts (1/true/yes/on, 0/false/no/off); anything else
+    raises (TypeError for another type, ValueError for another string), so
+    ``strict="no"`` never means strict."""
+    if strict is None or isinstance(strict, bool):
+        return strict
+    if isinstance(strict, str):
+        if strict.strip() == "":
+            raise ValueError("activate(strict=''): empty; pass True, False or None (SGLANG_KV5D_STRICT decides)")
+        try:
+            return config.parse_bool(strict)
+        except ValueError as exc:
+            raise ValueError(f"activate(strict={strict!r}): {exc}; or pass True / False") from None
+    raise TypeError(f"activate(strict=...) takes True, False, None or a string such as 'on' / 'off', "
+                    f"not {type(strict).__name__} {strict!r}")
+
+
+def check_patches_arg(patches: Any, known: Iterable[str]) -> Tuple[str, ...]:
+    """``activate(patches=...)`` (not None) as the tuple of names children inherit.
+
+    A list / tuple / set of known patch names, at least one. A lone string, an
+    empty collection, a non-string item or an unknown name (typo hinted)
+    raises TypeError / ValueError: none of them may quietly select nothing
+    here while SGLANG_KV5D_PATCHES gives children every patch.
+    """
+    if isinstance(patches, (str, bytes)):
+        raise TypeError(f"activate(patches={patches!r}): pass a list of patch names, e.g. "
+                        f"patches=[{patches!r}] (a string is not a list of names)")
+    if not isinstance(patches, (list, tuple, set, frozenset)):
+        raise TypeError(f"activate(patches=...) takes a list of patch names or None (every patch), "
+                        f"not {type(patches).__name__} {patches!r}")
+    names = tuple(sorted(patches)) if isinstance(patches, (set, frozenset)) else tuple(patches)
+    bad = [n for n in names if not isinstance(n, str)]
+    if bad:
+        raise TypeError(f"activate(patches=...): every item must be a patch name (a string), not {bad[0]!r}")
+    if not names:
+        raise ValueError("activate(patches=[]) selects no patch; pass None for every patch, or name the patches "
+                         "(`sglang-kv5d patches` lists them)")
+    names = tuple(dict.fromkeys(n.strip() for n in names))
+    problem = config.unknown_patch_names(names, known)
+    if problem:
+        raise ValueError(f"activate(patches=...): {problem}")
+    return names
 
 
 def _preloaded_modules(eng: Engine, discovered) -> List[str]:

@@ -136,3 +136,38 @@ def device_description(device=None) -> dict:
         except Exception:
             pass
     return info
+
+
+class DeviceError(ValueError):
+    """``bench --device`` names no GPU torch can measure here (a usage error: exit 2)."""
+
+
+_DEVICE_FORMS = "cuda or cuda:N (ROCm builds of torch call their GPUs cuda too)"
+
+
+def parse_gpu_device(text: str) -> Optional[int]:
+    """``--device`` text -> the GPU index (None for plain ``cuda``), before torch is imported.
+
+    Accepted: ``cuda`` and ``cuda:N`` (N a decimal index, at most 4 digits),
+    any case, surrounding spaces ignored. Anything else (``cpu``, empty,
+    ``cuda;x``, ``cuda:-1``, ``hip:0``) raises :class:`DeviceError` naming the
+    value (escaped, as ``repr``) and the accepted forms.
+    """
+    if not isinstance(text, str):
+        raise DeviceError(f"--device must be text, not {type(text).__name__}")
+    v = text.strip().lower()
+    if v == "cpu":
+        raise DeviceError("--device cpu: bench measures GPU kernels (CUDA-graph replays, memory rates); "
+                          f"use {_DEVICE_FORMS}, or `sglang-kv5d selftest --device cpu` for a CPU check")
+    kind, sep, index = v.partition(":")
+    if kind != "cuda" or (sep and not (index.isascii() and index.isdigit() and len(index) <= 4)):
+        raise DeviceError(f"--device {text!r} is not a GPU device torch accepts here; use {_DEVICE_FORMS}")
+    return int(index) if sep else None
+
+
+def check_gpu_index(index: Optional[int], count: int) -> None:
+    """:class:`DeviceError` when GPU ``index`` is not below ``count`` (the GPUs torch sees)."""
+    if index is not None and index >= count:
+        raise DeviceError(f"--device cuda:{index}: torch sees {count} GPU(s) here (cuda:0 .. cuda:{count - 1}); "
+                          "pick one of them (CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES renumber them)"
+                          if count else f"--device cuda:{index}: torch sees no GPU here")

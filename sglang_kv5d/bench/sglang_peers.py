@@ -4,7 +4,8 @@ Each peer is a READ row of :mod:`sglang_kv5d.surface`; the first of the row's
 targets that imports wins, so the peers follow SGLang's moves between
 releases. A GPU machine without SGLang can still time the decode peer from a
 copy made by ``lab/prepare_peers.py``, found through ``SGLANG_KV5D_PEER_PATH``
-(validated here: an existing absolute directory).
+(validated here: an existing absolute directory that only this user or root
+can change, since its code runs: :mod:`sglang_kv5d.trusted_path`).
 """
 
 from __future__ import annotations
@@ -73,6 +74,13 @@ def peer_path(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
     if value is not None and not os.path.isdir(value):
         raise PeerPathError(f"{config.PEER_PATH}={env.get(config.PEER_PATH)!r} is not an existing directory; "
                             f"fix: {fix}")
+    if value is not None:  # its code runs: it must be as trusted as the package itself
+        from sglang_kv5d.trusted_path import import_dir_problem
+
+        problem = import_dir_problem(value, COPY_PACKAGE)
+        if problem:
+            raise PeerPathError(f"{config.PEER_PATH}: refusing to import code from {value!r}: {problem}; fix: use a "
+                                "directory only you (or root) can write, e.g. chmod go-w, and check its owner")
     return value
 
 

@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 import click
 
 from .._version import __version__
+from ..safe_text import printable
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -32,10 +33,16 @@ def cli() -> None:
     """
 
 
+def echo(text: str = "", err: bool = False) -> None:
+    """click.echo for text carrying outside values (paths, environment values,
+    SGLang's messages): control characters are escaped (sglang_kv5d.safe_text)."""
+    click.echo(printable(text), err=err)
+
+
 def _progress(enabled: bool):
     if not enabled:
         return None
-    return lambda msg: click.echo(f"... {msg}", err=True)
+    return lambda msg: echo(f"... {msg}", err=True)
 
 
 @cli.command()
@@ -65,7 +72,7 @@ def doctor(as_json: bool, no_spawn: bool, kernels_for: Optional[str]) -> None:
     if as_json:
         click.echo(json.dumps([c.to_dict() for c in checks], indent=2))
     else:
-        click.echo(render(checks))
+        echo(render(checks))
     sys.exit(1 if any(c.status == FAIL for c in checks) else 0)
 
 
@@ -101,16 +108,16 @@ def patches(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"sglang": verdict.version, "verdict": verdict.kind, "patches": rows}, indent=2))
     else:
-        click.echo(f"SGLang {verdict.version or 'missing'}: {verdict.message}\n")
+        echo(f"SGLang {verdict.version or 'missing'}: {verdict.message}\n")
         for r in rows:
             tag = " (internal)" if r["internal"] else (" (needed for 5D)" if r["required_for_5d"] else "")
-            click.echo(f"{r['name']}{tag}: {r['state']}")
-            click.echo(f"  {r['summary']}")
-            click.echo(f"  state:   {r['reason']}")
-            click.echo(f"  targets: {', '.join(r['targets'] or r['surfaces'])}")
-            click.echo(f"  why:     {r['why']}")
-            click.echo(f"  upstream: {r['upstream'] or 'not given'}; remove {r['removal'] or 'when: not given'}")
-            click.echo("")
+            echo(f"{r['name']}{tag}: {r['state']}")
+            echo(f"  {r['summary']}")
+            echo(f"  state:   {r['reason']}")
+            echo(f"  targets: {', '.join(r['targets'] or r['surfaces'])}")
+            echo(f"  why:     {r['why']}")
+            echo(f"  upstream: {r['upstream'] or 'not given'}; remove {r['removal'] or 'when: not given'}")
+            echo("")
     sys.exit(1 if broken else 0)
 
 

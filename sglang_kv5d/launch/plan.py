@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import rules as _rules
 from ..platform import detect_platform
+from ..safe_text import shell_join
 from ..surface import LAUNCH_SERVER
 from . import probes as _probes
 from .argv import CHECK, EXIT_ERRORS, EXIT_OK, EXIT_USAGE, LAUNCH, Options, split_argv
@@ -53,6 +53,9 @@ class Plan:
     findings: List[_rules.Finding] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     explicit_values: Dict[str, Any] = field(default_factory=dict)
+    # Why nothing was checked (SGLang's --help / -h / --version in the arguments):
+    # `check` exits 2 with it instead of "passed".
+    unchecked: Optional[str] = None
 
     @property
     def args(self) -> List[str]:
@@ -64,7 +67,7 @@ class Plan:
 
     @property
     def command_line(self) -> str:
-        return shlex.join(self.argv)
+        return shell_join(self.argv)  # shlex.join, terminal-safe ($'...' for control characters)
 
     @property
     def errors(self) -> List[_rules.Finding]:
@@ -72,7 +75,7 @@ class Plan:
 
     @property
     def exit_code(self) -> int:
-        if self.parse_error is not None:
+        if self.parse_error is not None or (self.unchecked is not None and self.command == CHECK):
             return EXIT_USAGE
         return EXIT_ERRORS if self.errors else EXIT_OK
 
@@ -146,6 +149,8 @@ def _parse(plan: Plan, parser: argparse.ArgumentParser) -> str:
         return _REJECTED
     except ParserExit as exc:
         if getattr(parser, "help_requested", False) or exc.status == 0:
+            plan.unchecked = ("the arguments ask SGLang for its --help (or -h / --version), so SGLang would print "
+                              "it and exit: no rule was checked")
             plan.notes.append("SGLang's --help was requested: nothing to check")
         else:
             plan.parse_error = SGLangParseError((exc.message or "").strip() or f"exit status {exc.status}")
@@ -174,6 +179,8 @@ def make_plan(
     probe = probe or _probes.probe_patch_problems  # looked up per call (tests substitute it)
     opts, cli_args = split_argv(argv, command)
     plan = Plan(command=command, options=opts)
+    if opts.help and command == CHECK and cli_args:
+        plan.unchecked = "-h / --help shows this help and exits, so the SGLang arguments given with it were not checked"
     if opts.help or opts.explain:
         return plan
     plan.profile = load_profile(opts.profile) if opts.profile else None

@@ -14,6 +14,8 @@ profile's occurrences of the same SGLang destination (:mod:`.plan`); its
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass
 from typing import Any, Dict, List
 
@@ -46,12 +48,50 @@ def _type_name(v: Any) -> str:
     return {bool: "a boolean", int: "an integer", float: "a number"}.get(type(v), f"a {type(v).__name__}")
 
 
-def _read_text(path: str) -> str:
+#: the largest profile read (a profile is a few lines; /dev/zero must not exhaust memory)
+MAX_PROFILE_BYTES = 1 << 20
+
+
+def _read_bytes(path: str) -> bytes:
+    """The file's bytes: a regular file of at most MAX_PROFILE_BYTES, else UsageError.
+
+    Opened non-blocking (a FIFO must not hang ``check``), then fstat'ed: a
+    FIFO, a device (/dev/zero), a socket or a directory is refused by kind
+    before anything is read, and at most MAX_PROFILE_BYTES + 1 bytes are read.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    if "\x00" in path:
+        raise UsageError(f"profile path {path!r} contains a NUL character")
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        fd = os.open(path, flags)
     except OSError as exc:
-        raise UsageError(f"cannot read profile {path}: {exc.strerror or exc}") from exc
+        raise UsageError(f"cannot read profile {path!r}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode)
+                    else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                    else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+            raise UsageError(f"profile {path!r} is {kind}, not a regular file; pass a TOML file")
+        chunks, size = [], 0
+        while size <= MAX_PROFILE_BYTES:
+            chunk = os.read(fd, MAX_PROFILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise UsageError(f"cannot read profile {path!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if size > MAX_PROFILE_BYTES:
+        raise UsageError(f"profile {path!r} is larger than {MAX_PROFILE_BYTES} bytes; a launch profile is a few "
+                         "lines of TOML")
+    return b"".join(chunks)
+
+
+def _read_text(path: str) -> str:
+    raw = _read_bytes(path)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -3,7 +3,8 @@ error, and the dry run as a shell script.
 
 The dry run is safe to run: ``bash`` on it does what ``launch`` would (the
 exports, then the exec'd command) and nothing else. Values reach code lines
-only through ``shlex.quote``; variable names are validated where they enter
+only through :func:`sglang_kv5d.safe_text.shell_quote` (``shlex.quote``, or bash's
+``$'...'`` for a value with control characters, so the script is terminal-safe too); variable names are validated where they enter
 (profile, ``--kv5d-env``); every comment goes through :func:`shell_comment_text`;
 a command that ``launch`` would refuse is left commented out.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, List, Sequence
 
+from ..safe_text import one_line, shell_quote
 from .argv import ENV_NAME_RE, EXIT_OK, UsageError
 from .environment import GATE_ENV, ORIGIN_DEFAULT
 
@@ -51,20 +53,20 @@ def shell_comment_text(text: str) -> str:
     that is not printable (newline, carriage return, escape sequences, NUL,
     U+2028 ...) is written as a Python-style escape, so nothing can end the
     comment and start a command, or rewrite the terminal."""
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    return one_line(text)
 
 
 def _env_lines(plan: "Plan") -> List[str]:
     lines = []
-    width = max([len(f"{e.name}={shlex.quote(e.value or '')}") for e in plan.env_entries] + [10]) + 2
+    width = max([len(f"{e.name}={shell_quote(e.value or '')}") for e in plan.env_entries] + [10]) + 2
     for e in plan.env_entries:
         if not ENV_NAME_RE.match(e.name):  # defensive: names are validated where they enter
             raise UsageError(f"refusing to print the variable name {e.name!r} into a shell script")
-        assign = f"{e.name}={shlex.quote(e.value)}" if e.value is not None else f"unset {e.name}"
+        assign = f"{e.name}={shell_quote(e.value)}" if e.value is not None else f"unset {e.name}"
         what = "set" if e.changed else "kept"
         always = e.name == GATE_ENV and e.origin == ORIGIN_DEFAULT
         origin = e.origin + (" (SGLANG_KV5D is always 1 under the launcher)" if always else "")
-        extra = "".join(f"; overrides {o} value {shlex.quote(v)}" for o, v in e.overridden)
+        extra = "".join(f"; overrides {o} value {shell_quote(v)}" for o, v in e.overridden)
         trailer = " # " + shell_comment_text(f"{what}, from {origin}{extra}")
         if e.changed:
             prefix = "" if e.value is None else "export "

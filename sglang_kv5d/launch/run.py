@@ -16,13 +16,16 @@ import sys
 from typing import Mapping, Optional, Sequence, TextIO, Union
 
 from .. import rules as _rules
+from ..safe_text import printable
 from .argv import CHECK, EXIT_ERRORS, EXIT_OK, EXIT_USAGE, LAUNCH, UsageError
 from .plan import Plan, make_plan
 from .render import parse_error_lines, render_dry_run, render_findings, render_summary
 
 
 def _w(stream: TextIO, text: str = "") -> None:
-    stream.write(text + "\n")
+    """Write a line: findings, summaries and SGLang's messages carry outside
+    values, so control characters are escaped (the dry run is already safe)."""
+    stream.write(printable(text) + "\n")
 
 
 def _plan_or_exit_code(argv: Sequence[str], command: str, *, environ: Optional[Mapping[str, str]],
@@ -36,6 +39,9 @@ def _plan_or_exit_code(argv: Sequence[str], command: str, *, environ: Optional[M
         return EXIT_USAGE
     if plan.options.help:
         _w(out, help_text.rstrip())
+        if plan.unchecked is not None:  # `check ARGS --help`: a CI line that checked nothing must not pass
+            _w(err, f"sglang-kv5d {command}: nothing checked: {plan.unchecked}")
+            return EXIT_USAGE
         return EXIT_OK
     return plan
 
@@ -74,6 +80,10 @@ def run_check(argv: Sequence[str], environ: Optional[Mapping[str, str]] = None, 
     if opts.explain:
         return _explain(opts.explain, out, err)
     if not _report_parse(plan, err):
+        return EXIT_USAGE
+    if plan.unchecked is not None:  # a CI line with --help must not read as "passed"
+        _w(err, f"sglang-kv5d check: nothing checked: {plan.unchecked}; remove --help / -h / --version to check "
+                "the line")
         return EXIT_USAGE
     if opts.json:
         _w(out, json.dumps([f.to_dict() for f in plan.findings], indent=2))
