@@ -197,23 +197,52 @@ def check_pth() -> Check:
 
 def check_patches(environ=None) -> List[Check]:
     from .activation import probe_patches
+    from .activation.install import NOT_APPLICABLE
     from .state import DISABLED, SKIPPED
 
+    env = os.environ if environ is None else environ
+    five_d = config.wants_5d(env)
+    left_out: List[str] = []
     out = []
     for p in probe_patches(import_modules=True, environ=environ):  # p.state: the gate activation applies
         name = f"patch {p.name}"
-        if not p.ok:
+        if p.state == SKIPPED and not p.required_for_5d and p.reason.startswith(NOT_APPLICABLE):
+            out.append(Check(name, OK, p.reason))  # its SGLang surface is newer than this SGLang
+        elif not p.ok:
             out.append(Check(name, FAIL if (p.required_for_5d or p.internal) else WARN, p.reason,
                              "this SGLang differs from the tested ones: upgrade sglang-kv5d or use a tested SGLang"))
         elif p.state == SKIPPED:
             out.append(Check(name, FAIL if p.required_for_5d else WARN, f"probe ok, but skipped: {p.state_reason}"))
         elif p.state == DISABLED:
-            out.append(Check(name, WARN if p.required_for_5d else OK,
-                             f"probe ok, disabled by {config.PATCHES}",
+            if p.required_for_5d:
+                left_out.append(p.name)
+            out.append(Check(name, (FAIL if five_d else WARN) if p.required_for_5d else OK,
+                             f"probe ok, disabled by {config.PATCHES}"
+                             + (": vectorized_5d is refused without it (KV5D011)" if p.required_for_5d else ""),
                              f"add {p.name} to {config.PATCHES}" if p.required_for_5d else ""))
         else:
             out.append(Check(name, OK, p.reason))
+    if left_out:
+        out.append(selection_check(left_out, env, five_d))
     return out
+
+
+SELECTION_CHECK = "patch selection"
+
+
+def selection_check(left_out: List[str], environ: Mapping[str, str], five_d: bool) -> Check:
+    """The verdict on a ``SGLANG_KV5D_PATCHES`` that leaves out patches 5D needs:
+    FAIL when this environment asks for 5D, else WARN (an nhd-only use is fine)."""
+    names = ", ".join(left_out)
+    value = environ.get(config.PATCHES, "")
+    detail = (f"{config.PATCHES}={value!r} leaves out {names}, which vectorized_5d needs: `check` and `launch` "
+              "refuse a 5D launch (KV5D011) and SGLang raises Kv5dNotReadyError at the first 5D pool build")
+    if not config.strict(environ):
+        detail += f"; with {config.STRICT}=0 it would serve 5D with {names} unpatched (silently wrong)"
+    if not five_d:
+        detail += f" ({config.LAYOUT} is not vectorized_5d here, so nhd use is unaffected)"
+    return Check(SELECTION_CHECK, FAIL if five_d else WARN, detail,
+                 f"add {names} to {config.PATCHES}, or unset it to select every patch")
 
 
 def _spawn_probe_child(queue) -> None:
@@ -328,16 +357,116 @@ def _kernels_section(ctx: DoctorContext) -> List[Check]:
             return [Check("kernels", OK, "no GPU here: not compiled",
                           "sglang-kv5d doctor --kernels-for gfx942|gfx950|sm_90 compiles them for an arch on any machine")]
         arch = "device"
-    from .kernel_report import report_in_subprocess, summarize
+    from .kernel_report import summarize
 
-    ctx.progress(f"kernels: compiling every kernel for {arch} (a minute or more; Triton caches them)")
+    ctx.progress(f"kernels: compiling every kernel for {arch} (minutes on a small CPU; Triton caches them)")
     try:
-        rows = report_in_subprocess(arch)
+        rows = kernel_rows_with_progress(arch, ctx.progress)
     except (RuntimeError, OSError) as exc:
         return [Check("kernels", FAIL, str(exc), "run python -m sglang_kv5d.kernel_report --arch ARCH to see why")]
     triton = rows[0]["triton"] if rows else "?"
     return [Check("kernels", OK, f"{len(rows)} kernel variants compiled for {arch} with Triton {triton}")] + [
         Check(f"kernel {e['name']}", e["status"], e["detail"], e["fix"]) for e in summarize(rows)]
+
+
+_PROGRESS_TAG = "KV5D-PROGRESS "
+# The child of kernel_rows_with_progress: kernel_report.report(arch) one case at a
+# time, a progress line on stderr before each, the rows as JSON on stdout.
+_KERNEL_CHILD = f"""
+import json, sys
+from sglang_kv5d import kernel_report as kr
+arch, kinds = sys.argv[1], (sys.argv[2].split(",") if len(sys.argv) > 2 else None)
+try:
+    target = kr._target_named(arch)
+except ValueError as exc:
+    print(f"error: {{exc}}", file=sys.stderr)
+    sys.exit(2)
+selected = kr.cases(kinds)
+rows = []
+for i, case in enumerate(selected, 1):
+    print(f"{_PROGRESS_TAG}{{i}}/{{len(selected)}} {{case.kernel}}: {{case.label}}", file=sys.stderr, flush=True)
+    rows += kr.run_cases(target, [case], buffer_ops=None)
+sys.stdout.write(json.dumps(rows))
+"""
+
+
+def kernel_rows_with_progress(arch: str, progress: Callable[[str], None], *, kinds: Optional[List[str]] = None,
+                              timeout: float = 1200.0) -> List[Dict[str, Any]]:
+    """``kernel_report.report(arch)`` rows (default buffer ops) compiled in a
+    fresh interpreter without TRITON_INTERPRET (as ``report_in_subprocess``),
+    calling ``progress("kernels k/n: family: case")`` as each case starts, so a
+    long compile (minutes for gfx942 on a 2-core CPU) shows how far it is.
+    RuntimeError naming the cause when the child gives no rows."""
+    import json
+    import subprocess
+    import tempfile
+    import threading
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, "-c", _KERNEL_CHILD, arch] + ([",".join(kinds)] if kinds else [])
+    tail: List[str] = []
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.PIPE, text=True, errors="replace")
+
+        def pump() -> None:
+            for line in proc.stderr:
+                line = line.rstrip("\n")
+                if line.startswith(_PROGRESS_TAG):
+                    progress("kernels " + line[len(_PROGRESS_TAG):])
+                elif line.strip():
+                    tail[:] = [line]
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"compiling the kernels for {arch} took over {timeout:.0f} s") from None
+        finally:
+            reader.join(timeout=5)
+        out.seek(0)
+        text = out.read()
+    try:
+        rows = json.loads(text)
+    except ValueError:
+        raise RuntimeError(f"the kernel report for {arch} failed (exit {proc.returncode}): "
+                           f"{(tail or ['(no output)'])[-1][:300]}") from None
+    if not isinstance(rows, list):
+        raise RuntimeError(f"the kernel report for {arch} is not a list of rows")
+    return rows
+
+
+PD_CHECK = "pd handshake"
+PD_HANDSHAKE_SINCE = "0.5.23"  # SGLang's get_pd_kv_layout / PrefillServerInfo.kv_layout
+
+
+def check_pd_handshake(environ=None, platform_info=None, geometry=None) -> Check:
+    """What this node would report as ``kv_layout`` in the PD bootstrap handshake
+    (pd-layout-handshake; sglang_kv5d.disagg.layout). The model's geometry is not
+    known here, so the descriptor is computed from the KV pool at startup; with
+    ``geometry`` (a list of sub-pool field dicts, as ``layout.format_descriptor``
+    takes them) the exact string is shown."""
+    from .disagg import layout as _pd
+
+    environ = os.environ if environ is None else environ
+    version = _versions.installed_sglang_version()
+    key = _versions.parse_version_or_none(version) if version else None
+    if key is not None and key < _versions.parse_version_or_none(PD_HANDSHAKE_SINCE):
+        return Check(PD_CHECK, OK, f"SGLang {version} has no PD layout handshake (kv_layout exists from 0.5.23): "
+                                   "this node reports nothing; pair 5D PD roles by configuration only")
+    if geometry:
+        try:
+            return Check(PD_CHECK, OK, f"reports {_pd.format_descriptor(geometry)}")
+        except (TypeError, ValueError) as exc:
+            return Check(PD_CHECK, WARN, f"the geometry given cannot be described: {exc}")
+    layout = "vectorized_5d" if config.wants_5d(environ) else "nhd"
+    fp8 = getattr(platform_info, "fp8", None) or "float8_e4m3fn"
+    x = "x16 for fp8, x8 for bf16" if layout == "vectorized_5d" else "x0"
+    return Check(PD_CHECK, OK, (
+        f"computed from the KV pool at startup: {_pd.TAG}|full={layout}:<X>:<torch KV dtype>:p<page>:d<head_dim>:"
+        f"dv<v_head_dim>:h<KV heads per rank>[|swa=...] ({x}; an fp8 KV cache here is {fp8})"))
 
 
 SECTIONS: List[Section] = [
@@ -346,6 +475,8 @@ SECTIONS: List[Section] = [
     Section("install", _install_section),
     Section("environment", lambda ctx: check_environment(ctx.environ)),
     Section("patch probes (imports SGLang)", _patches_section),
+    Section(PD_CHECK, lambda ctx: [check_pd_handshake(ctx.environ, ctx.facts.get("platform"),
+                                                      ctx.options.get("pd_geometry"))]),
     Section("spawn probe", _spawn_section),
     Section("kernels", _kernels_section),
 ]
@@ -373,5 +504,8 @@ def render(checks: List[Check]) -> str:
     failed = sum(c.status == FAIL for c in checks)
     warned = sum(c.status == WARN for c in checks)
     lines.append("")
-    lines.append(f"{failed} failure(s), {warned} warning(s)" + ("" if failed else ": the overlay can activate here"))
+    verdict = "" if failed else ": the overlay can activate here"
+    if not failed and any(c.name == SELECTION_CHECK and c.status != OK for c in checks):
+        verdict += f", but not serve vectorized_5d ({SELECTION_CHECK} above)"
+    lines.append(f"{failed} failure(s), {warned} warning(s)" + verdict)
     return "\n".join(lines)

@@ -15,7 +15,8 @@ import sysconfig
 
 import pytest
 
-from tests.helpers.subproc import ROOT, run_py
+from sglang_kv5d.versions import parse_version
+from tests.helpers.subproc import ROOT, run_py, sglang_version
 
 HELPERS = os.path.join(ROOT, "tests", "helpers")
 
@@ -323,6 +324,9 @@ import sglang.srt.layers.attention.aiter_backend as ab
 import sglang.srt.server_args
 import sglang.srt.mem_cache.kv_cache_configurator  # draft-pool-nhd's module (the model runner imports it)
 import sglang.srt.disaggregation.decode_kvcache_offload_manager  # fail-closed-decode-offload's (the scheduler imports it)
+# the PD patches' modules (a PD scheduler imports them)
+import sglang.srt.disaggregation.prefill, sglang.srt.disaggregation.decode
+import sglang.srt.disaggregation.mooncake.conn, sglang.srt.disaggregation.nixl.conn
 st = sglang_kv5d.status()
 emit(states={p.name: p.state for p in st.patches}, reasons={p.name: p.reason for p in st.patches},
      rebound=getattr(ab.forward_extend_vectorized_5d, "__kv5d_patch__", None))
@@ -330,7 +334,13 @@ emit(states={p.name: p.state for p in st.patches}, reasons={p.name: p.reason for
     )
     d = r.data
     assert d is not None, r
-    assert set(d["states"].values()) == {"applied"}, d["reasons"]
+    # pd-layout-handshake's get_pd_kv_layout exists from 0.5.23: older SGLang skips it, naming the row
+    skipped = {n for n, st in d["states"].items() if st == "skipped"}
+    expect_skipped = set() if parse_version(sglang_version()) >= parse_version("0.5.23") else {"pd-layout-handshake"}
+    assert skipped == expect_skipped, d["reasons"]
+    for name in skipped:
+        assert d["reasons"][name].startswith("not applicable: ") and "exists from SGLang 0.5.23" in d["reasons"][name]
+    assert set(d["states"].values()) - {"skipped"} == {"applied"}, d["reasons"]
     assert d["rebound"] == "attention-dispatch-5d"
 
 

@@ -7,7 +7,10 @@ import os
 import subprocess
 import sys
 
-from tests.helpers.subproc import ROOT, clean_env
+from sglang_kv5d.versions import parse_version
+from tests.helpers.subproc import ROOT, clean_env, sglang_version
+
+HAS_HANDSHAKE = parse_version(sglang_version()) >= parse_version("0.5.23")  # SGLang's PD kv_layout field
 
 EXE = [sys.executable, "-m", "sglang_kv5d.cli"]
 
@@ -28,6 +31,11 @@ def test_doctor_json_reports_every_check_and_passes_here():
     assert "activated via pth" in checks["spawn probe"]["detail"]
     assert checks["platform"]["status"] == "warn" and "float8_e4m3fn" in checks["platform"]["detail"]
     assert all(c["status"] == "ok" for n, c in checks.items() if n.startswith("patch ")), checks
+    pd = checks["pd handshake"]  # what this node would report in the PD bootstrap handshake
+    if HAS_HANDSHAKE:
+        assert pd["status"] == "ok" and "computed from the KV pool at startup: kv5d.v1|full=nhd:" in pd["detail"]
+    else:
+        assert pd["status"] == "ok" and "no PD layout handshake" in pd["detail"], pd
 
 
 def test_doctor_flags_plugin_filter_and_fails_on_refused_sglang(tmp_path):
@@ -60,3 +68,21 @@ def test_patches_lists_manifests_with_state():
     assert proc.returncode == 0
     text = _run(["patches"])
     assert "remove when" in text.stdout and "why:" in text.stdout
+
+
+def test_doctor_pd_handshake_check(monkeypatch):
+    from sglang_kv5d import doctor, versions
+    from sglang_kv5d.disagg import layout
+
+    monkeypatch.setattr(versions, "installed_sglang_version", lambda: "0.5.23")
+    five = doctor.check_pd_handshake({"SGLANG_AITER_KV_CACHE_LAYOUT": "vectorized_5d"})
+    assert five.status == "ok" and "kv5d.v1|full=vectorized_5d:<X>" in five.detail and "x16 for fp8" in five.detail
+    geo = [dict(role="full", layout="vectorized_5d", x=16, dtype="float8_e4m3fn", page=64, head_dim=256,
+                v_head_dim=256, heads=1)]
+    exact = doctor.check_pd_handshake({}, geometry=geo)
+    assert exact.detail == "reports kv5d.v1|full=vectorized_5d:x16:float8_e4m3fn:p64:d256:dv256:h1"
+    assert layout.parse(exact.detail.split()[-1]).is_5d
+    assert doctor.check_pd_handshake({}, geometry=[dict(geo[0], x=0)]).status == "warn"
+    monkeypatch.setattr(versions, "installed_sglang_version", lambda: "0.5.16")
+    old = doctor.check_pd_handshake({})
+    assert "no PD layout handshake" in old.detail and "0.5.23" in old.detail

@@ -27,6 +27,7 @@ from tests.helpers.subproc import sglang_version
 
 from tests.helpers.cli import PROFILE, ROOT, base_env, run_batch, run_cli
 from tests.helpers.subproc import run_py, sglang_version
+from tests.helpers.models import tiny_llama
 
 from sglang_kv5d.launch.argv import Options, UsageError, split_argv
 from sglang_kv5d.launch.environment import ORIGIN_CLI, ORIGIN_DEFAULT, ORIGIN_ENV, ORIGIN_PROFILE, resolve_env
@@ -420,6 +421,9 @@ import sglang_kv5d                       # the real server-args-guard patch
 import sglang_kv5d.platform as platform  # judge as the ROCm server would (this host is a CPU)
 platform.detect_platform = lambda choice="auto", **_kw: ("rocm", "test")
 status = sglang_kv5d.activate(patches=["server-args-guard"], strict=False)
+# The guard judges the selection from the environment: judge as a server with
+# every patch selected (this process installs only the guard, to stay light).
+only_guard = os.environ.pop("SGLANG_KV5D_PATCHES")
 hooks = sys.modules.get("sglang.srt.arg_groups.resolution_hooks")
 
 def build(extra, env):
@@ -457,6 +461,11 @@ SPYING = False
 
 sa = build(["--attention-backend", "aiter", "--page-size", "64", "--kv-cache-dtype", "fp8_e4m3"], five_d)
 SPYING = True
+try:  # a selection of only the guard: under 5D it is refused, naming what it leaves out
+    guard_server_args(sa, dict(os.environ, SGLANG_KV5D_PATCHES=only_guard), platform="rocm")
+    out["selection"] = None
+except Kv5dConfigError as exc:
+    out["selection"] = [f.id for f in exc.findings]
 guard_server_args(sa, os.environ, platform="rocm")
 out["clean_5d_rocm"] = "passed"
 try:
@@ -472,13 +481,7 @@ print(json.dumps(out))
 
 @pytest.mark.slow
 def test_guard_inside_sglang(tmp_path):
-    model = tmp_path / "tiny-llama"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
-        "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
-        "vocab_size": 1000, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16",
-        "head_dim": 64}))
+    model = tiny_llama(tmp_path)
     r = run_py(_GUARD_SCRIPT, args=[str(model)], timeout=300)
     assert r.data is not None, r
     unified = r.data["unified"]
@@ -487,6 +490,7 @@ def test_guard_inside_sglang(tmp_path):
     assert "--enable-unified-memory" in unified["message"]
     assert r.data["clean_nhd"] == "passed" and r.data["clean_5d_rocm"] == "passed"
     assert r.data["hnd"] == ["KV5D007"]
+    assert r.data["selection"] == ["KV5D011"], r.data
     assert r.data["assigned"] == [], "the guard assigned to ServerArgs"
     assert r.data["patch"] == "applied"
     # 0.5.20+: the resolution hook fires first; older: check_server_args does

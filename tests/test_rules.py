@@ -18,6 +18,7 @@ import tempfile
 import pytest
 
 from tests.helpers.cli import PROFILE, ROOT, run_batch, run_cli
+from tests.helpers.models import tiny_llama
 
 from sglang_kv5d import rules
 from sglang_kv5d.versions import installed_sglang_version, parse_version
@@ -95,16 +96,97 @@ CASES = [
                                           "SGLANG_KV5D_PATCHES": "fp8-kv-write", "SGLANG_KV5D_STRICT": "no"}),
     # KV5D014: code-loading variables set by the profile or --kv5d-env (exported ones are the operator's).
     _case("KV5D014", True, ROCM + GOOD + ["--kv5d-env", "LD_PRELOAD=/tmp/x.so"], FIVE_D),
-    _case("KV5D014", False, ROCM + GOOD, {**FIVE_D, "PYTHONSTARTUP": "/tmp/x.py"}),
+    # ... and the ROCm / CUDA / NCCL / Triton / Python ones (issue 26 item 6), by what each one loads:
+    _case("KV5D014", True, ROCM + GOOD + ["--kv5d-env", "HSA_TOOLS_LIB=/opt/rocm/lib/libtool.so"], FIVE_D),
+    _case("KV5D014", True, ROCM + GOOD + ["--kv5d-env", "CUDA_INJECTION64_PATH=/opt/inject.so"], FIVE_D),
+    _case("KV5D014", True, ROCM + GOOD + ["--kv5d-env", "NCCL_NET_PLUGIN=/opt/net.so"], FIVE_D),
+    _case("KV5D014", True, ROCM + GOOD + ["--kv5d-env", "TRITON_CACHE_MANAGER=evil:Manager"], FIVE_D),
+    _case("KV5D014", False, ROCM + GOOD + ["--kv5d-env", "NCCL_TUNER_PLUGIN=none"], FIVE_D),  # turns it off
+    # exported values fire only where a path is unsafe: a world-writable or relative place
+    _case("KV5D014", True, ROCM + GOOD, {**FIVE_D, "PYTHONSTARTUP": "/tmp/x.py"}),
+    _case("KV5D014", True, ROCM + GOOD, {**FIVE_D, "TRITON_CACHE_DIR": "/tmp/planted-triton-cache"}),
+    _case("KV5D014", True, ROCM + GOOD, {**FIVE_D, "GCONV_PATH": "gconv"}),
+    _case("KV5D014", True, ROCM + GOOD, {**FIVE_D, "SGLANG_KV5D_PEER_PATH": "/tmp"}),
+    _case("KV5D014", False, ROCM + GOOD, {**FIVE_D, "PYTHONSTARTUP": os.path.join(ROOT, "x.py")}),
+    # search paths are judged by where they point, not by who set them
+    _case("KV5D014", False, ROCM + GOOD + ["--kv5d-env", "LD_LIBRARY_PATH=/usr/lib"], FIVE_D),
+    _case("KV5D014", True, ROCM + GOOD + ["--kv5d-env", "LD_LIBRARY_PATH=/usr/lib::/tmp"], FIVE_D),
+    # KV5D015: PD disaggregation (the full matrix is tests/test_rules_pd.py).
+    _case("KV5D015", True, ROCM + GOOD + ["--disaggregation-mode", "prefill", "--disaggregation-transfer-backend",
+                                          "mori"], FIVE_D),
+    _case("KV5D015", False, ROCM + GOOD + ["--disaggregation-mode", "decode"], FIVE_D),
+    # KV5D016: the KV cache dtype the 5D paths verify (issue 26 item 8).
+    _case("KV5D016", True, ROCM + MODEL + ["--attention-backend", "aiter", "--kv-cache-dtype", "fp8_e5m2"], FIVE_D),
+    _case("KV5D016", True, ROCM + MODEL + ["--attention-backend", "aiter", "--kv-cache-dtype", "mxfp8"], FIVE_D),
+    _case("KV5D016", True, ROCM + MODEL + ["--attention-backend", "aiter", "--kv-cache-dtype", "nvfp4"], FIVE_D),
+    _case("KV5D016", True, ROCM + MODEL + ["--attention-backend", "aiter", "--dtype", "float32"], FIVE_D),
+    _case("KV5D016", False, ROCM + MODEL + ["--attention-backend", "aiter", "--kv-cache-dtype", "bf16"], FIVE_D),
+    _case("KV5D016", False, ROCM + MODEL + ["--attention-backend", "aiter", "--kv-cache-dtype", "fp8_e5m2"], NHD),
+    # KV5D006 also covers HiSparse (host copies by token).
+    _case("KV5D006", True, ROCM + GOOD + ["--enable-hisparse"], FIVE_D),
 ]
+
+
+# Verdicts beyond a rule's id (issue 26 items 3 and 8): (argv, env), run in the same batch.
+_LEFT_OUT = {**FIVE_D, "SGLANG_KV5D_PATCHES": "pool-layout-detection"}
+EXTRA = {
+    "selection-strict": (ROCM + GOOD, _LEFT_OUT),
+    "selection-no-strict": (ROCM + GOOD + ["--kv5d-no-strict"], _LEFT_OUT),
+    "selection-dry-run": (["launch", "--kv5d-dry-run", "--kv5d-platform", "rocm", "--kv5d-env",
+                           "SGLANG_KV5D_PATCHES=pool-layout-detection"] + GOOD, FIVE_D),
+    "help": (["check", "--kv5d-platform", "rocm", "--"] + GOOD + ["--help"], FIVE_D),  # SGLang's --help
+    "help-json": (ROCM + ["--"] + GOOD + ["-h"], FIVE_D),
+    "help-ours": (["check", "--kv5d-platform", "rocm"] + GOOD + ["--help"], FIVE_D),  # ours, with SGLang args
+    "help-alone": (["check", "--help"], {}),
+    "help-dry-run": (["launch", "--kv5d-dry-run", "--kv5d-platform", "rocm"] + GOOD + ["--help"], FIVE_D),
+}
 
 
 @pytest.fixture(scope="module")
 def _both():
-    # One process (SGLang's parser imports once): the rule matrix, then the speculative cells.
+    # One process (SGLang's parser imports once): the rule matrix, the speculative cells, the extra verdicts.
     spec = [_case("KV5D005", not allowed, SPEC + algo, env) for algo, env, allowed, _, _ in SPEC_CASES]
-    results = run_batch(CASES + spec)
-    return results[:len(CASES)], results[len(CASES):]
+    extra = [_case(None, None, argv, env) for argv, env in EXTRA.values()]
+    results = run_batch(CASES + spec + extra)
+    n, m = len(CASES), len(CASES) + len(spec)
+    return results[:n], results[n:m], dict(zip(EXTRA, results[m:]))
+
+
+@pytest.fixture(scope="module")
+def extra(_both):
+    return _both[2]
+
+
+def test_selection_leaving_out_required_patches_is_refused_naming_them(extra):
+    """Issue 26 item 3: check and launch --kv5d-dry-run refuse SGLANG_KV5D_PATCHES=pool-layout-detection
+    under 5D, naming the patches and the variable; --kv5d-no-strict says what would run unpatched."""
+    for key in ("selection-strict", "selection-no-strict"):
+        r = extra[key]
+        found = {f["id"]: f for f in json.loads(r["out"])}
+        assert r["code"] == 1 and "KV5D011" in found, (key, r)
+        msg = found["KV5D011"]["message"]
+        assert "SGLANG_KV5D_PATCHES='pool-layout-detection'" in msg, msg
+        for name in ("attention-dispatch-5d", "cpu-copy-5d", "fp8-kv-write", "server-args-guard"):
+            assert name in msg, (name, msg)
+    strict = {f["id"]: f for f in json.loads(extra["selection-strict"]["out"])}["KV5D011"]["message"]
+    loose = {f["id"]: f for f in json.loads(extra["selection-no-strict"]["out"])}["KV5D011"]["message"]
+    assert "Kv5dNotReadyError" in strict and "unpatched" not in strict, strict
+    assert "SGLANG_KV5D_STRICT=0" in loose and "would NOT stop" in loose and "running unpatched" in loose, loose
+    assert "divides the caller's k/v in place" in loose, loose  # fp8-kv-write's problem, said plainly
+    d = extra["selection-dry-run"]
+    assert d["code"] == 1 and "KV5D011" in d["out"] and "not run: launch would refuse it" in d["out"], d
+
+
+def test_a_line_with_help_is_not_reported_as_checked(extra):
+    """Issue 26 item 8: `check ... --help` checked nothing: exit 2 (usage) and say so, never "passed"."""
+    for key in ("help", "help-json", "help-ours"):
+        r = extra[key]
+        assert r["code"] == 2, (key, r)
+        assert "nothing checked" in r["err"] and "passed" not in r["out"] + r["err"], (key, r)
+    assert extra["help-alone"]["code"] == 0 and "nothing checked" not in extra["help-alone"]["err"]
+    # launch --kv5d-dry-run still shows the line (launch execs SGLang's own --help)
+    d = extra["help-dry-run"]
+    assert d["code"] == 0 and "--help" in d["out"], d
 
 
 @pytest.fixture(scope="module")
@@ -447,13 +529,7 @@ def test_kv5d005_inside_sglang_sees_the_topk_sglang_chose(tmp_path):
     if not SPEC_READY:
         pytest.skip(f"SGLang {_INSTALLED}: the speculative cells are allowed on 0.5.23 only (the version cell is "
                     "test_speculative_matrix_through_check)")
-    model = tmp_path / "tiny-llama"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
-        "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
-        "vocab_size": 1000, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16",
-        "head_dim": 64}))
+    model = tiny_llama(tmp_path)
     r = run_py(_SPEC_GUARD_SCRIPT, args=[str(model)], timeout=300)
     assert r.data is not None, r
     unset, one = r.data["unset"], r.data["one"]
@@ -493,7 +569,7 @@ def test_docs_rules_md_is_generated_from_the_registry():
 
 
 def test_rule_ids_and_severities_are_stable():
-    assert sorted(rules.RULES) == [f"KV5D{i:03d}" for i in range(1, 15)]
+    assert sorted(rules.RULES) == [f"KV5D{i:03d}" for i in range(1, 17)]
     assert {r for r, v in rules.RULES.items() if v.severity == "warning"} == {"KV5D012", "KV5D014"}
     assert all(r.fix for r in rules.RULES.values())  # --explain and docs/rules.md show a fix for each
 
@@ -538,3 +614,20 @@ def test_env_scan_knows_sglang_names():
     assert names is not None
     assert {"SGLANG_USE_AITER", "SGLANG_AITER_KV_CACHE_LAYOUT", "SGLANG_VLM_CACHE_SIZE_MB"} <= names
     assert "SGLANG_ROCM_USE_AITER_LINEAR_SHUFFLE" not in names
+
+
+def test_doctor_refuses_a_selection_that_leaves_out_required_patches():
+    """Issue 26 item 3: doctor's verdict includes the selection: FAIL (exit 1) naming the patches and the
+    variable when this environment asks for 5D; under nhd a warning and a summary that says 5D would not serve."""
+    env = {**_LEFT_OUT}
+    p = run_cli(["doctor", "--json", "--no-spawn"], env)
+    checks = {c["name"]: c for c in json.loads(p.stdout)}
+    sel = checks["patch selection"]
+    assert p.returncode == 1 and sel["status"] == "fail", (p.returncode, sel)
+    assert "SGLANG_KV5D_PATCHES='pool-layout-detection'" in sel["detail"], sel
+    for name in ("attention-dispatch-5d", "cpu-copy-5d", "fp8-kv-write", "server-args-guard"):
+        assert name in sel["detail"] and checks[f"patch {name}"]["status"] == "fail", name
+    p = run_cli(["doctor", "--no-spawn"], {"SGLANG_KV5D_PATCHES": "pool-layout-detection", "SGLANG_KV5D_STRICT": "0"})
+    last = p.stdout.strip().splitlines()[-1]
+    assert "but not serve vectorized_5d" in last, p.stdout[-2000:]
+    assert "unpatched" in p.stdout and "WARN  patch selection" in p.stdout, p.stdout[-2000:]

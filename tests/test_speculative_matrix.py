@@ -36,6 +36,7 @@ from sglang_kv5d import rules
 from sglang_kv5d.speculative import readiness, support
 from sglang_kv5d.versions import parse_version
 from tests.helpers.subproc import run_py, sglang_version
+from tests.helpers.models import TINY_LLAMA
 
 INSTALLED = sglang_version()
 SPEC_READY = parse_version(INSTALLED) >= parse_version(support.SPEC_SGLANG)
@@ -173,11 +174,6 @@ out["log"] = log.getvalue()
 print(json.dumps(out))
 """
 
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 1000,
-    "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16", "head_dim": 64,
-}
 
 
 def _run(tmp_path_factory, mode):

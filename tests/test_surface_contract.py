@@ -98,6 +98,20 @@ def test_newest_wheel_has_the_page_table_flag_and_older_do_not():
         assert has == (parse_version(version) >= parse_version("0.5.23")), version
 
 
+def test_pd_layout_handshake_exists_only_from_0_5_23():
+    """pd-layout-handshake's surface: get_pd_kv_layout and the kv_layout field of the bootstrap report
+    exist from 0.5.23; before, nothing carries a layout between PD roles (the patch cannot apply there)."""
+    for version, path in WHEELS.items():
+        src = WheelSource(path)
+        utils_tree = src.module_tree("sglang.srt.disaggregation.utils")
+        conn_text = src.zip.read("sglang/srt/disaggregation/common/conn.py").decode()
+        has = find(utils_tree, ("get_pd_kv_layout",)) is not None
+        assert has == (parse_version(version) >= parse_version("0.5.23")), version
+        assert ("info.kv_layout != self.kv_layout" in conn_text) == has, version
+        assert find(src.module_tree("sglang.srt.disaggregation.common.conn"),
+                    ("CommonKVManager", "try_ensure_parallel_info")) is not None, version
+
+
 # ---------------------------------------------------------------------------
 # Names that are not objects (modules, environment variables, literals)
 

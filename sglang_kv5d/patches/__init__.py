@@ -13,6 +13,10 @@ them; if any step fails, nothing of that patch is left installed.
     cpu_copy_5d.py             cpu-copy-5d             (MHATokenToKVPool.get_cpu_copy, .load_cpu_copy)
                                fail-closed-decode-offload (DecodeKVCacheOffloadManager.__init__; internal)
     server_args_guard.py       server-args-guard       (ServerArgs.check_server_args)
+    pd_layout_handshake.py     pd-layout-handshake     (disaggregation get_pd_kv_layout, CommonKVManager.try_ensure_parallel_info)
+    pd_head_slice_5d.py        pd-head-slice-5d        (MooncakeKVManager.send_kvcache_slice, .set_kv_buffer_tensors)
+                               pd-buffer-layouts (MHATokenToKVPool.get_contiguous_buf_infos; internal)
+                               fail-closed-pd-head-slice-nixl (NIXL head slicing, staging; internal)
     fail_closed.py             fail-closed-pool, fail-closed-backend (internal, always on)
 
 Every patch has a human-readable manifest in the top-level ``patches/``
@@ -111,6 +115,10 @@ BUILTIN_PATCH_MODULES: Dict[str, str] = {
     "cpu-copy-5d": "sglang_kv5d.patches.cpu_copy_5d:PATCH",
     "fail-closed-decode-offload": "sglang_kv5d.patches.cpu_copy_5d:OFFLOAD_GUARD",
     "server-args-guard": "sglang_kv5d.patches.server_args_guard:PATCH",
+    "pd-layout-handshake": "sglang_kv5d.patches.pd_layout_handshake:PATCH",
+    "pd-buffer-layouts": "sglang_kv5d.patches.pd_head_slice_5d:BUFFER_LAYOUTS",
+    "pd-head-slice-5d": "sglang_kv5d.patches.pd_head_slice_5d:PATCH",
+    "fail-closed-pd-head-slice-nixl": "sglang_kv5d.patches.pd_head_slice_5d:NIXL_GUARD",
 }
 
 ENTRY_POINT_GROUP = "sglang_kv5d.patches"

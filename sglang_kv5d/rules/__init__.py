@@ -10,11 +10,12 @@ IDs (KV5D001 ..), a severity, a message that says what is wrong, and a fix.
     model.py        is the model a linear-attention hybrid? (config.json, name)
     scan.py         the SGLANG_* names the installed SGLang reads (KV5D012)
     layout.py       KV5D001 layout value, 002 SGLANG_USE_AITER, 003 platform, 007 HND
-    memory.py       KV5D004 unified memory, 006 HiCache/LMCache, 008 page size
+    memory.py       KV5D004 unified memory, 006 HiCache/LMCache/HiSparse, 008 page size, 016 KV dtype
     speculative.py  KV5D005 over sglang_kv5d/speculative/support.py (the one support matrix)
     backend.py      KV5D009 attention backend
     release.py      KV5D010 SGLang version, 011 patches that cannot apply
     environment.py  KV5D012 unknown SGLANG_* names, 013 switch values, 014 code-loading variables
+    disaggregation.py  KV5D015 prefill/decode disaggregation (contract: sglang_kv5d/disagg/contract.py)
     guard.py        guard_server_args(): the rules inside SGLang
     docs.py         --explain, docs/rules.md, the README's generated blocks
 
@@ -50,7 +51,7 @@ from .model import guess_hybrid_model
 from .scan import sglang_env_names
 
 # The rule groups register their rules on import.
-from . import layout, memory, speculative, backend, release, environment  # noqa: E402,F401  (isort: skip)
+from . import layout, memory, speculative, backend, release, environment, disaggregation  # noqa: E402,F401  (isort: skip)
 from .memory import DEFAULT_5D_PAGE_SIZE, kv_vector_x
 from .speculative import Support, speculative_algorithm, speculative_support
 from .environment import CODE_LOADING_ENV

@@ -87,9 +87,14 @@ def guard_server_args(
     ``server_args``. Warnings are logged once per process; every error is
     raised together as one :class:`Kv5dConfigError`.
 
-    ``patch_problems`` defaults to None (KV5D011 silent): inside SGLang the
-    activation itself fails closed on a missing patch.
+    ``patch_problems`` defaults to None (KV5D011's probe part silent): inside
+    SGLang the activation itself fails closed on a patch that cannot apply. The
+    selection part of KV5D011 runs here too (the required and known patch names
+    come from the patch registry), so a ``SGLANG_KV5D_PATCHES`` that leaves a
+    required patch out is refused at server-args validation, before the weights
+    load, not only at the first 5D pool build.
     """
+    from ..launch.probes import known_patch_names, required_patch_names
     from ..versions import installed_sglang_version
 
     view = _resolved_view(server_args)
@@ -101,6 +106,8 @@ def guard_server_args(
         patch_problems=patch_problems,
         known_env=sglang_env_names(),
         in_sglang=True,
+        known_patches=known_patch_names(),
+        required_patches=required_patch_names(),
     )
     found = evaluate(ctx)
     pid = os.getpid()

@@ -62,7 +62,15 @@ def _kv5d010(ctx: Context, rule: Rule):
     A patch left out of `SGLANG_KV5D_PATCHES` cannot apply either: the
     patches 5D needs (`server-args-guard` among them, since without it nothing
     inside SGLang refuses a launch these rules refuse) are refused at the first
-    5D KV pool or AITER backend build when the selection omits one.
+    5D KV pool or AITER backend build when the selection omits one, which is
+    after the weights have loaded. The selection is part of every verdict:
+    `check`, `launch`, `doctor` and, when `server-args-guard` itself is
+    selected, the guard inside SGLang refuse it, naming the patches and the
+    variable. With `SGLANG_KV5D_STRICT=0` the server would not stop at that
+    build: it would serve the 5D layout with the left-out patches' upstream
+    code (silently wrong attention or a corrupted cache); the finding then
+    says, for each patch, what would run unpatched, and stays an error (the
+    launcher does not start a server whose attention it knows to be wrong).
 
     Fires when 5D is requested and the probe reports any 5D-required patch that
     cannot apply, or `SGLANG_KV5D_PATCHES` leaves one out; the message names
@@ -78,9 +86,15 @@ def _kv5d011(ctx: Context, rule: Rule):
     left_out = sorted(ctx.required_patches - set(chosen)) if chosen is not None and ctx.required_patches else []
     if left_out:
         names = ", ".join(left_out)
+        shown = ctx.env.get(_config.PATCHES, "")
+        if _config.strict(ctx.env):
+            what = ("building the first 5D KV pool or AITER backend would raise Kv5dNotReadyError, after the "
+                    "weights have loaded")
+        else:
+            what = (f"with {_config.STRICT}=0 SGLang would NOT stop there: it would serve vectorized_5d with these "
+                    "running unpatched: " + "; ".join(f"{n} ({_unpatched(n)})" for n in left_out))
         yield rule.finding(
-            f"vectorized_5d needs the patch(es) {names}, which {_config.PATCHES} leaves out: building the first "
-            f"5D KV pool or AITER backend would raise Kv5dNotReadyError (a warning with {_config.STRICT}=0)",
+            f"vectorized_5d needs the patch(es) {names}, which {_config.PATCHES}={shown!r} leaves out: {what}",
             f"add {names} to {_config.PATCHES} (or unset it to select every patch), or use the nhd layout",
         )
     if not ctx.patch_problems:
@@ -91,3 +105,14 @@ def _kv5d011(ctx: Context, rule: Rule):
         "install a supported SGLang release (see KV5D010), or run `sglang-kv5d doctor` for details; "
         "use the nhd layout until then",
     )
+
+
+def _unpatched(name: str) -> str:
+    """What runs wrong without patch ``name`` (its ``problem``), for KV5D011's non-strict message."""
+    try:
+        from ..patches import load_builtin
+
+        problem = (load_builtin(name).problem or "").strip()
+    except Exception:  # a third-party patch, or one that cannot load: its name says enough
+        problem = ""
+    return problem.replace("`", "").replace("**", "") or "upstream's code runs in its place"

@@ -17,6 +17,12 @@ from ..surface_names import (
     MEMORY_POOL,
     SWA_MEMORY_POOL,
     DECODE_KVCACHE_OFFLOAD_MANAGER,
+    DISAGG_UTILS,
+    DISAGG_PREFILL,
+    DISAGG_DECODE,
+    DISAGG_CONN,
+    MOONCAKE_CONN,
+    NIXL_CONN,
     SERVER_ARGS,
     RESOLUTION_HOOKS,
     RESOLUTION_HOOK_STEP,
@@ -29,6 +35,7 @@ from ..surface_names import (
     ENV_USE_AITER,
     ENV_USE_HND_KVCACHE,
     ENV_PLUGINS,
+    ENV_DISAGG_STAGING_BUFFER,
 )
 
 
@@ -51,6 +58,12 @@ _NAMES = (
     Name(MEMORY_POOL, MODULE, "the MHA and hybrid pools (the selftest builds them)"),
     Name(SWA_MEMORY_POOL, MODULE, "SWAKVPool (the selftest builds one)"),
     Name(DECODE_KVCACHE_OFFLOAD_MANAGER, MODULE, "the decode-side KV offload manager (fail-closed-decode-offload)"),
+    Name(DISAGG_UTILS, MODULE, "PD helpers: get_pd_kv_layout (pd-layout-handshake), kv_layout_signature"),
+    Name(DISAGG_PREFILL, MODULE, "PD prefill queue: holds a from-import copy of get_pd_kv_layout"),
+    Name(DISAGG_DECODE, MODULE, "PD decode queue: holds a from-import copy of get_pd_kv_layout"),
+    Name(DISAGG_CONN, MODULE, "CommonKVManager: the decode side's check of the prefill's bootstrap report"),
+    Name(MOONCAKE_CONN, MODULE, "MooncakeKVManager: the head-sliced send over 5D pages (pd-head-slice-5d)"),
+    Name(NIXL_CONN, MODULE, "NixlKVManager: head-sliced and staging paths refused over 5D pages"),
     Name(SERVER_ARGS, MODULE, "ServerArgs and its parser"),
     Name(RESOLUTION_HOOKS, MODULE, "the resolution hook registry (server-args-guard)", since="0.5.20"),
     Name(RESOLUTION_HOOK_STEP, TEXT, "the resolution step server-args-guard adds its hook to", since="0.5.20"),
@@ -63,6 +76,7 @@ _NAMES = (
     Name(ENV_USE_AITER, ENV, "selects the aiter backend and pool layout (read once at import)"),
     Name(ENV_USE_HND_KVCACHE, ENV, "HND KV layout, incompatible with 5D", since="0.5.16"),
     Name(ENV_PLUGINS, ENV, "allow list of plugins load_plugins() runs"),
+    Name(ENV_DISAGG_STAGING_BUFFER, ENV, "PD staging buffers that slice heads per token (refused under 5D: KV5D015)"),
 )
 
 NAMES: Dict[str, Name] = {n.value: n for n in _NAMES}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from ..surface_names import AITER_BACKEND, AITER_UTILS, DECODE_KVCACHE_OFFLOAD_MANAGER, KV_CACHE_CONFIGURATOR, MEMORY_POOL
+from ..surface_names import DISAGG_CONN, DISAGG_DECODE, DISAGG_PREFILL, DISAGG_UTILS
+from ..surface_names import MOONCAKE_CONN, NIXL_CONN
 from .table import REPLACE, WRAP, Surface
 
 ROWS = (
@@ -205,5 +207,103 @@ ROWS = (
         ),
         upstream="unfixed in 0.5.13.post1 .. 0.5.23",
         removal="when the decode offload manager's host copies address SHUFFLE 5D buffers",
+    ),
+    Surface(
+        id="disagg_utils.get_pd_kv_layout",
+        targets=(f"{DISAGG_UTILS}:get_pd_kv_layout",),
+        action=REPLACE,
+        params=(("token_to_kv_pool",),),
+        copies=(DISAGG_PREFILL, DISAGG_DECODE),
+        why=(
+            "What each PD role reports as kv_layout in the bootstrap handshake (and hashes into the KV "
+            "checksum signature): a string only for DeepSeekV4 pools, None for every MHA pool, so a 5D prefill "
+            "and an NHD decode (or fp8 e4m3fnuz against e4m3fn, both 'fp8_e4m3') pair silently. With the "
+            "overlay active an MHA / SWA / hybrid pool reports the overlay's descriptor (layout, X, torch dtype, "
+            "page, head dims, heads per rank per attention sub-pool); upstream's non-None answers are kept."
+        ),
+        upstream="the handshake field exists from 0.5.23 (DeepSeekV4 only); absent before",
+        removal="when get_pd_kv_layout describes MHA pools' physical layout and dtype",
+        since="0.5.23",
+    ),
+    Surface(
+        id="disagg_conn.CommonKVManager.try_ensure_parallel_info",
+        targets=(f"{DISAGG_CONN}:CommonKVManager.try_ensure_parallel_info",),
+        action=WRAP,
+        params=(("self", "bootstrap_addr"),),
+        why=(
+            "The decode side's one look at the prefill's bootstrap report (PrefillServerInfo: attn_tp_size, "
+            "page_size, kv_cache_dtype, kv_layout). Upstream compares kv_layout only when both are set and by "
+            "string equality. With the overlay's descriptor on this side, the overlay judges the pair instead: "
+            "layout / dtype / page / head dims must match, a peer without a descriptor is refused under strict "
+            "mode, and an attention-TP mismatch over 5D is refused unless pd-head-slice-5d is applied."
+        ),
+        upstream="kv_layout is compared from 0.5.23 (None on either side skips it); nothing before",
+        removal="when SGLang compares a layout descriptor of MHA pools and refuses a peer without one",
+    ),
+    Surface(
+        id="memory_pool.MHATokenToKVPool.get_contiguous_buf_infos",
+        targets=(f"{MEMORY_POOL}:MHATokenToKVPool.get_contiguous_buf_infos",),
+        action=WRAP,
+        params=(("self",),),
+        why=(
+            "The (addresses, lengths, page item lengths) prefill.py / decode.py build PD kv_args from; composite "
+            "pools delegate to it. Item lengths are equal for NHD and SHUFFLE 5D pages, so nothing downstream "
+            "knows a region's layout. With 5D requested the overlay records each address's physical layout "
+            "and geometry after the call (pd-buffer-layouts); the result is unchanged."
+        ),
+        upstream="n/a (SGLang does not describe a region's layout) in 0.5.13.post1 .. 0.5.23",
+        removal="when the transfer manager knows its regions' layout",
+    ),
+    Surface(
+        id="mooncake_conn.MooncakeKVManager.send_kvcache_slice",
+        targets=(f"{MOONCAKE_CONN}:MooncakeKVManager.send_kvcache_slice",),
+        action=WRAP,
+        params=(("self", "mooncake_session_id", "prefill_kv_indices", "dst_kv_ptrs", "dst_kv_indices",
+                 "dst_tp_rank", "dst_attn_tp_size", "dst_kv_item_len", "executor"),),
+        why=(
+            "Prefill and decode at different attention-TP: moves a decode rank's heads with one descriptor per "
+            "token at NHD offsets, wrong bytes on SHUFFLE 5D pages (head axis outermost). For a manager with 5D "
+            "regions the overlay issues one descriptor per page and side (sglang_kv5d.disagg.head_slice) "
+            "through the same engine.batch_transfer_sync; NHD managers reach the original."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23",
+        removal="when the head-sliced send addresses SHUFFLE 5D pages",
+    ),
+    Surface(
+        id="mooncake_conn.MooncakeKVManager.set_kv_buffer_tensors",
+        targets=(f"{MOONCAKE_CONN}:MooncakeKVManager.set_kv_buffer_tensors",),
+        action=WRAP,
+        params=(("self", "k_buffers", "v_buffers", "page_size"),),
+        why=(
+            "SGLANG_DISAGG_STAGING_BUFFER hands the pool's K/V tensors to the manager, whose staging path "
+            "gathers and scatters NHD [page, heads, head_dim] pages for a different attention-TP. With 5D "
+            "requested and 5D tensors the overlay refuses (Kv5dNotReadyError naming the flag and the fix)."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23",
+        removal="when the staging gather/scatter address SHUFFLE 5D pages",
+    ),
+    Surface(
+        id="nixl_conn.NixlKVManager._init_hetero_tp_prep_handle",
+        targets=(f"{NIXL_CONN}:NixlKVManager._init_hetero_tp_prep_handle",),
+        action=WRAP,
+        params=(("self", "peer_name", "decode_kv_args"),),
+        why=(
+            "Builds NIXL's descriptor lists for a decode peer with another attention-TP: per-token head runs of "
+            "NHD rows. Over SHUFFLE 5D regions the overlay refuses (fail-closed-pd-head-slice-nixl)."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23",
+        removal="when NIXL's heterogeneous-TP lists address SHUFFLE 5D pages",
+    ),
+    Surface(
+        id="nixl_conn.NixlKVManager.set_kv_buffer_tensors",
+        targets=(f"{NIXL_CONN}:NixlKVManager.set_kv_buffer_tensors",),
+        action=WRAP,
+        params=(("self", "k_buffers", "v_buffers", "page_size"),),
+        why=(
+            "NIXL's staging path (SGLANG_DISAGG_STAGING_BUFFER) gathers the pool's tensors as NHD pages. With 5D "
+            "requested and 5D tensors the overlay refuses (fail-closed-pd-head-slice-nixl)."
+        ),
+        upstream="unfixed in 0.5.13.post1 .. 0.5.23",
+        removal="when NIXL's staging gather addresses SHUFFLE 5D pages",
     ),
 )

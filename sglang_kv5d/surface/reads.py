@@ -5,6 +5,7 @@ private flags the selftest uses, registration APIs."""
 from __future__ import annotations
 
 from ..surface_names import AITER_BACKEND, MEMORY_POOL, RESOLUTION_HOOKS, SERVER_ARGS
+from ..surface_names import DISAGG_UTILS
 from .table import READ, Surface
 
 ROWS = (
@@ -304,5 +305,15 @@ ROWS = (
         why="SGLang's CLI definition: `sglang-kv5d launch/check` parse the SGLang arguments with it before the exec.",
         upstream="stable",
         removal="n/a (called)",
+    ),
+    Surface(
+        id="disagg_utils.build_transfer_entry_pairs",
+        targets=(f"{DISAGG_UTILS}:build_transfer_entry_pairs",),
+        action=READ,
+        params=(("src_layer_ids", "dst_layer_ids", "n_src", "n_dst"),),
+        why="How mooncake pairs prefill and decode KV entries by layer id (pd-head-slice-5d pairs 5D regions the same way).",
+        upstream="n/a (called, not patched)",
+        removal="n/a (called, not patched)",
+        since="0.5.20",
     ),
 )
