@@ -111,6 +111,9 @@ CASES = [
     # search paths are judged by where they point, not by who set them
     _case("KV5D014", False, ROCM + GOOD + ["--kv5d-env", "LD_LIBRARY_PATH=/usr/lib"], FIVE_D),
     _case("KV5D014", True, ROCM + GOOD + ["--kv5d-env", "LD_LIBRARY_PATH=/usr/lib::/tmp"], FIVE_D),
+    # Python ignores a PYTHON* variable set to "" (as if unset); an empty entry inside one is the cwd
+    _case("KV5D014", False, ROCM + GOOD, {**FIVE_D, "PYTHONPATH": ""}),
+    _case("KV5D014", True, ROCM + GOOD, {**FIVE_D, "PYTHONPATH": "/usr/lib::/usr/share"}),
     # KV5D015: PD disaggregation (the full matrix is tests/test_rules_pd.py).
     _case("KV5D015", True, ROCM + GOOD + ["--disaggregation-mode", "prefill", "--disaggregation-transfer-backend",
                                           "mori"], FIVE_D),

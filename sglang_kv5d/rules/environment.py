@@ -251,7 +251,8 @@ def _rows_doc(rows) -> str:
     than you or root; a directory above it must not be replaceable either
     (group/world-writable without the sticky bit, or another user's). A bare
     library name (no `/`) is resolved through the search paths, which are judged
-    themselves. `HSA_TOOLS_REPORT_LOAD_FAILURE` only reports a failed tool load
+    themselves. A `PYTHON*` variable set to the empty string is ignored by
+    Python, so it does not fire. `HSA_TOOLS_REPORT_LOAD_FAILURE` only reports a failed tool load
     and loads nothing, so it is not listed. Inside SGLang (the server-args
     guard) this rule is silent: the processes have loaded their code already.
     """,
@@ -264,8 +265,8 @@ def _kv5d014(ctx: Context, rule: Rule):
     loads = {n for n, _ in LOADS}
     for name in CODE_LOADING_ENV:
         value = ctx.env.get(name)
-        if value is None:
-            continue
+        if value is None or (value == "" and name.startswith("PYTHON")):
+            continue  # CPython ignores a PYTHON* variable set to the empty string (as if unset)
         origin = ctx.env_origins.get(name)
         is_load = name in loads
         if is_load and value.strip().lower() in _DISABLING:
