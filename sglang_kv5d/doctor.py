@@ -80,7 +80,7 @@ def check_environment(environ=None) -> List[Check]:
     """Every switch through the registry: invalid values fail with their rule id and fix."""
     env = os.environ if environ is None else environ
     out: List[Check] = []
-    from .launch.probes import known_patch_names
+    from .activation.registry import known_patch_names
 
     for p in config.problems(env, known_patches=known_patch_names()):
         out.append(Check(f"switch {p.name}", FAIL, f"{p.rule}: {p.message()}; sglang-kv5d assumes {p.switch.assumed}"

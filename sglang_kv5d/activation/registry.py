@@ -54,6 +54,27 @@ def discover_patches(surfaces: Dict[str, Surface]) -> List[Discovered]:
     return found
 
 
+def known_patch_names() -> Optional[List[str]]:
+    """Built-in patch names and those other packages register (entry points), or None."""
+    try:
+        from importlib.metadata import entry_points
+
+        return list(BUILTIN_PATCH_MODULES) + [ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    except Exception:  # noqa: BLE001 - broken entry-point metadata: the callers say "not checked"
+        return None
+
+
+def required_patch_names() -> Optional[List[str]]:
+    """The selectable patches 5D needs (``required_for_5d``), built-in and registered, or None."""
+    try:
+        from ..surface import SURFACES
+
+        return [name for name, patch, _ in discover_patches(dict(SURFACES))
+                if patch is not None and patch.required_for_5d and not patch.internal]
+    except Exception:  # noqa: BLE001 - a patch module that cannot load: the callers say "not checked"
+        return None
+
+
 def patch_modules(surfaces: Dict[str, Surface], patch: Patch) -> List[str]:
     """The modules of every surface the patch binds, in order, once each."""
     mods: List[str] = []

@@ -10,6 +10,21 @@ from __future__ import annotations
 from typing import List, Optional, Tuple
 
 
+
+def known_patch_names() -> Optional[List[str]]:
+    """sglang_kv5d.activation.registry.known_patch_names (imported when called)."""
+    from ..activation.registry import known_patch_names as names
+
+    return names()
+
+
+def required_patch_names() -> Optional[List[str]]:
+    """sglang_kv5d.activation.registry.required_patch_names (imported when called)."""
+    from ..activation.registry import required_patch_names as names
+
+    return names()
+
+
 def probe_patch_problems() -> Tuple[Optional[List[Tuple[str, str]]], Optional[str]]:
     """``([(patch, reason)] for 5D-required patches that cannot apply, note)``.
 
@@ -31,25 +46,3 @@ def probe_patch_problems() -> Tuple[Optional[List[Tuple[str, str]]], Optional[st
     return problems, None
 
 
-def known_patch_names() -> Optional[List[str]]:
-    """Built-in patch names and those other packages register (entry points), or None."""
-    try:
-        from importlib.metadata import entry_points
-
-        from ..patches import BUILTIN_PATCH_MODULES, ENTRY_POINT_GROUP
-
-        return list(BUILTIN_PATCH_MODULES) + [ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)]
-    except Exception:
-        return None
-
-
-def required_patch_names() -> Optional[List[str]]:
-    """The selectable patches 5D needs (``required_for_5d``), built-in and registered, or None."""
-    try:
-        from ..activation.registry import discover_patches
-        from ..surface import SURFACES
-
-        return [name for name, patch, _ in discover_patches(dict(SURFACES))
-                if patch is not None and patch.required_for_5d and not patch.internal]
-    except Exception:
-        return None

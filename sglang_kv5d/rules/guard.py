@@ -94,7 +94,7 @@ def guard_server_args(
     required patch out is refused at server-args validation, before the weights
     load, not only at the first 5D pool build.
     """
-    from ..launch.probes import known_patch_names, required_patch_names
+    from ..activation.registry import known_patch_names, required_patch_names
     from ..versions import installed_sglang_version
 
     view = _resolved_view(server_args)
