@@ -10,4 +10,8 @@
     attention.py         5D decode attention against SGLang's Triton decode kernel (attention_cases.py,
                          attention_peer.py, attention_extend.py, attention_report.py)
     verify.py            speculative target verify over 5D against the extend kernel and one decode step
+    layout.py            "5D or NHD?": one layer's whole KV path (write + attention) per layout, for
+                         the operator's geometry (layout_cases.py: geometry, config.json, caches;
+                         layout_calls.py: the contenders per layout and phase; layout_report.py:
+                         totals, verdict lines, tables)
 """
