@@ -12,9 +12,22 @@ device, and every ``kernel[grid](...)`` the host code makes compiles
 options are the ones the package's own host code chooses, and the argument
 specialisation is Triton's own for that backend: 16-byte alignment and
 multiples of 16, integer 1 as a constant and, on ROCm with buffer ops on, the
-32-bit pointer-range attribute for every tensor whose storage is under 2 GiB
-(``knobs.amd.use_buffer_ops``, on by default from Triton 3.6). Tensors may be
-on the ``meta`` device: nothing is allocated and nothing runs.
+32-bit pointer-range attribute (``tt.pointer_range = 32``, which lets the
+compiler use buffer loads and stores with 32-bit offsets) for every tensor
+whose storage is at most 2**31 - 1 bytes (``knobs.amd.use_buffer_ops``, on by
+default from Triton 3.6). Triton decides that per tensor from
+``tensor.untyped_storage().size()`` (``HIPBackend.is_within_2gb`` in 3.5.1 to
+3.9.0), which a ``meta`` tensor answers with the bytes its storage would have:
+a meta cache sized over 2 GiB loses the attribute exactly as the real cache
+does at run time, while the small tensors of the same launch keep it.
+``Launch.pointer_range`` lists the arguments that got it. Tensors may be on
+the ``meta`` device: nothing is allocated and nothing runs.
+
+One arch per process: Triton 3.5.1 and 3.6.0 compile gfx950 kernels without
+the hardware FP8 conversion once a gfx942 kernel was compiled earlier in the
+same process (reported in issue 29 of this project), so ``compiling_for``
+refuses a second arch in a process that already compiled for another
+(``kernel_report`` and ``doctor --kernels-for`` start one process per arch).
 
 ``kernel_stats`` reads the compiled kernel: on AMD the AMDGCN's register
 counts (``NumVgprs``, ``NumAgprs``, ``TotalNumSgprs``), spills, scratch, the
@@ -27,13 +40,14 @@ the code uses; on NVIDIA the registers, spills and shared memory from
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 import threading
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from .target import KernelTarget
 
-__all__ = ["compiling_for", "Launch", "kernel_stats", "waves_per_simd", "triton_version"]
+__all__ = ["compiling_for", "Launch", "ArchMixError", "kernel_stats", "waves_per_simd", "triton_version"]
 
 _LOCK = threading.Lock()
 
@@ -48,6 +62,74 @@ class Launch(NamedTuple):
     name: str  # the kernel's function name
     kernel: Any  # triton.compiler.CompiledKernel
     num_warps: int
+    #: the launch's constexpr arguments, as the host code bound them (JSON-safe values)
+    constexprs: Dict[str, Any] = {}
+    #: the launch options (num_warps, num_stages, maxnreg, launch_pdl, ...)
+    options: Dict[str, Any] = {}
+    #: pointer arguments Triton gave the 32-bit pointer-range attribute (AMD buffer ops);
+    #: None where the compiled kernel does not say
+    pointer_range: Optional[Tuple[str, ...]] = None
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-safe form of a constexpr or option value."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    inner = getattr(value, "value", None)  # tl.constexpr
+    if inner is not None and isinstance(inner, (bool, int, float, str)):
+        return inner
+    return str(value)
+
+
+def _bound(fn: Any, args: tuple, kwargs: dict) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """(constexprs, options) of a ``kernel[grid](*args, **kwargs)`` call: the
+    kernel's constexpr parameters as bound (positional or keyword, defaults
+    applied), and the keywords that are not parameters (launch options)."""
+    sig = inspect.signature(fn.fn)
+    params = sig.parameters
+    bound = sig.bind_partial(*args, **{k: v for k, v in kwargs.items() if k in params})
+    bound.apply_defaults()
+    constexprs = {p.name: _plain(bound.arguments[p.name]) for p in fn.params
+                  if p.is_constexpr and p.name in bound.arguments}
+    options = {k: _plain(v) for k, v in kwargs.items() if k not in params}
+    return constexprs, options
+
+
+def _pointer_range(kernel: Any) -> Optional[Tuple[str, ...]]:
+    """Names of the arguments the compiled kernel has ``tt.pointer_range``
+    on (the specialisation Triton's JIT chose), or None where unreadable."""
+    src = getattr(kernel, "src", None)
+    attrs = getattr(src, "attrs", None)
+    names = getattr(getattr(src, "fn", None), "arg_names", None)
+    if not isinstance(attrs, dict) or names is None:
+        return None
+    out = []
+    for path, values in attrs.items():
+        idx = path[0] if isinstance(path, tuple) and path else path
+        if any(isinstance(v, (list, tuple)) and v and v[0] == "tt.pointer_range" for v in values or ()):
+            out.append(names[idx] if isinstance(idx, int) and idx < len(names) else str(idx))
+    return tuple(out)
+
+
+#: the arch this process compiled for through ``compiling_for`` (one per process)
+_PROCESS_ARCH: Optional[str] = None
+
+
+class ArchMixError(RuntimeError):
+    """``compiling_for`` asked for a second arch in one process."""
+
+
+def _claim_arch(target: KernelTarget) -> None:
+    global _PROCESS_ARCH
+    arch = f"{target.backend}:{target.arch}"
+    if _PROCESS_ARCH is None:
+        _PROCESS_ARCH = arch
+    elif _PROCESS_ARCH != arch:
+        raise ArchMixError(
+            f"compiling_for: this process already compiled for {_PROCESS_ARCH.split(':', 1)[1]}; "
+            f"compile {target.arch} in its own process (Triton 3.5.1 and 3.6.0 drop gfx950's hardware "
+            f"FP8 conversion after a gfx942 compile in the same process): "
+            f"python -m sglang_kv5d.kernel_report --arch {target.arch}")
 
 
 class _StandInDriver:
@@ -97,13 +179,15 @@ def compiling_for(target: KernelTarget, *, buffer_ops: Optional[bool] = None) ->
     """Within the block, every Triton kernel launch compiles for ``target``
     and is recorded instead of run. ``buffer_ops``: set Triton's AMD buffer-ops
     knob (None leaves the installed Triton's default). Not reentrant; one
-    thread at a time."""
+    thread at a time. ``ArchMixError`` when this process already compiled for
+    another arch (see the module docstring)."""
     import triton
     from triton.runtime import driver as driver_config
     from triton.runtime.jit import JITFunction
 
     if target.backend not in ("cuda", "hip"):
         raise ValueError(f"compiling_for: expected a GPU target, got backend {target.backend!r}")
+    _claim_arch(target)
     launches: List[Launch] = []
     knobs = getattr(triton, "knobs", None)
     amd_knobs = getattr(knobs, "amd", None) if knobs is not None else None
@@ -111,7 +195,12 @@ def compiling_for(target: KernelTarget, *, buffer_ops: Optional[bool] = None) ->
 
     def run(self, *args, grid, warmup, **kwargs):
         kernel = real_run(self, *args, grid=grid, warmup=True, **kwargs)
-        launches.append(Launch(self.__name__, kernel, int(kwargs.get("num_warps", 4))))
+        try:
+            constexprs, options = _bound(self, args, kwargs)
+        except (TypeError, ValueError, AttributeError):  # an unusual signature: figures without the config
+            constexprs, options = {}, {}
+        launches.append(Launch(self.__name__, kernel, int(kwargs.get("num_warps", 4)), constexprs, options,
+                               _pointer_range(kernel)))
         return kernel
 
     with _LOCK:
