@@ -12,13 +12,25 @@ register counts and the LDS size); the FP8 write's AMDGCN uses the hardware
 conversion. What it cannot prove: speed on AMD hardware, and the numerics of
 the hardware conversion (nothing here runs AMD code).
 
-Goals (issue 15):
+Cases: kernel_report's core tier (buffer ops on and off) and its serving tier
+(the shapes SGLang's runtime launches: the write with Python float scales at
+T = 1, 16, 37, 2048, 4096, 8192, 32768; decode with int64 sequence lengths;
+verify with 4, 8 and 16 drafts; caches over 2 GiB, where the JIT leaves the
+cache pointers without the 32-bit pointer-range attribute; pages 16 and 32
+for Qwen3.5), the serving tier with buffer ops at that Triton's default. Each
+(Triton, arch) compiles in its own process (``_ours``; ``compiling_for``
+refuses a second arch in one process).
+
+Goals (issues 15, 29):
     every kernel          compiles, no scratch, LDS fits (64 KiB gfx942, 160 KiB gfx950)
-    decode, D=256         >= 2 waves/SIMD, no SGPR spills, never fewer waves than
-                          aiter's pa_decode_gluon for the same geometry and Triton
-    verify (decode kernel, 16 drafts packed), D=256: >= 2 waves/SIMD, no SGPR spills
+    decode                no SGPR spills (every D); D=256: >= 2 waves/SIMD, never fewer
+                          waves than aiter's pa_decode_gluon for the same geometry and
+                          Triton (page 64, caches under 2 GiB: the peer's shapes)
+    verify (decode kernel, 4, 8, 16 drafts packed): no SGPR spills (every D);
+                          D=256: >= 2 waves/SIMD
     extend, D=256         >= 3 waves/SIMD
-    FP8 write             hardware conversion instructions in the ISA
+    FP8 write             hardware conversion instructions in the ISA; no SGPR spills
+                          (test_fp8_write_takes_no_sgpr_spills)
     verify page tables    no spills, 8 waves/SIMD (test_verify_table_*: compiles that
                           family alone, so ``-k verify_table`` does not build the rest)
 
@@ -79,7 +91,9 @@ def _ours(version, path, arch, kernels=None):
     if kernels:
         cmd += ["--kernels", kernels]
     if arch != "sm_90":
-        cmd += ["--buffer-ops", "both"]
+        cmd += ["--buffer-ops", "both"]  # the serving tier: at that Triton's default only (kernel_report.report)
+    else:
+        cmd += ["--tier", "core"]  # the H200 baseline; the serving shapes are the AMD gate's
     r, secs = _run(cmd, path)
     try:
         rows = json.loads(r.stdout)
@@ -105,12 +119,59 @@ def _vkey(v):
     return tuple(int(x) for x in v.split(".")[:3] if x.isdigit())
 
 
+#: constexprs of the FP8 write that follow from the geometry, dtypes, scale kind and target, not from
+#: launch_config: left out of the configuration table (every other constexpr and option is shown)
+_WRITE_FIXED = {"H", "DK", "DV", "BDK", "BDV", "PAGE", "X", "LAYOUT_5D", "IN_BF16", "K_SCALE_PTR", "V_SCALE_PTR",
+                "FMA_DIV", "FNUZ", "NATIVE", "FLAT_OFFSETS", "LARGE"}
+
+
+def _write_config(config) -> str:
+    """The FP8 write's launch configuration as the host code picked it (constexprs, then options)."""
+    items = [(k, v) for k, v in config.items() if k not in _WRITE_FIXED]
+    return " ".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in items)
+
+
+def _write_config_table(results, versions) -> str:
+    """Markdown: per write case (layout, geometry, T; scale kinds merged; pages
+    and caches over 2 GiB apart) and AMD arch, the launch configuration the
+    host code picks, from the rows of every Triton (versions named where they differ)."""
+    configs = {}
+    for (kind, v, arch), res in results.items():
+        if kind != "ours" or arch == "sm_90" or not res["rows"]:
+            continue
+        for r in res["rows"]:
+            if r["kernel"] != "write" or not r["ok"] or "config" not in r:
+                continue
+            words = r["case"].split()
+            extra = " ".join(w for w in words[4:] if not w.startswith("scale="))
+            t = int(words[3].split("=", 1)[1])
+            key = (words[0], words[2], extra, t)
+            configs.setdefault(key, {}).setdefault(arch, {}).setdefault(_write_config(r["config"]), set()).add(v)
+    archs = sorted({a for per in configs.values() for a in per})
+    lines = ["| write | " + " | ".join(f"{a} launch configuration" for a in archs) + " |",
+             "|" + "---|" * (1 + len(archs))]
+    for key in sorted(configs):
+        layout, geometry, extra, t = key
+        row = [f"{layout} {geometry} T={t} {extra}".strip()]
+        for a in archs:
+            found = configs[key].get(a, {})
+            if len(found) <= 1:
+                row.append(next(iter(found), "-"))
+            else:
+                row.append("; ".join(f"{c} ({', '.join(sorted(vs, key=_vkey))})" for c, vs in sorted(found.items())))
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def gate_table(results) -> str:
     """Markdown: per arch, kernel, KV dtype and geometry, for each Triton, the
     worst case over the cases compiled with buffer ops at that Triton's
-    default (on from 3.6, off on 3.5.1): VGPR+AGPR / SGPR / LDS KiB / waves per
-    SIMD, and the FP8 conversion the ISA uses (hw: v_cvt_*fp8*, int: none);
-    aiter's pa_decode_gluon attention kernel beside ours where it compiles."""
+    default (on from 3.6, off on 3.5.1), the serving shapes included:
+    VGPR+AGPR / SGPR / LDS KiB / waves per SIMD, and the FP8 conversion the
+    ISA uses (hw: v_cvt_*fp8*, int: none); a spill column (the worst SGPR+VGPR
+    spill counts per Triton); aiter's pa_decode_gluon attention kernel beside
+    ours where it compiles. Then the FP8 write's launch configuration per case
+    and arch (``_write_config_table``)."""
     versions = sorted({v for (kind, v, _) in results if kind == "ours"}, key=_vkey)
     cells = {}
     for (kind, v, arch), res in results.items():
@@ -123,11 +184,14 @@ def gate_table(results) -> str:
             kernel = r["name"].strip("_").replace("_kernel", "") + (" verify" if r["kernel"] == "verify" else "")
             layout = r["case"].split()[0] if r["kernel"] in ("write", "store-floor") else ""
             key = (arch, kernel, layout, r["kv"], r["geometry"])
-            c = cells.setdefault(key, {}).setdefault(v, dict(regs=0, sgpr=0, lds=0, waves=8, cvt=None))
+            c = cells.setdefault(key, {}).setdefault(v, dict(regs=0, sgpr=0, lds=0, waves=8, cvt=None,
+                                                             sgpr_spill=0, vgpr_spill=0))
             c["regs"] = max(c["regs"], r["vgpr"] + r["agpr"])
             c["sgpr"] = max(c["sgpr"], r["sgpr"])
             c["lds"] = max(c["lds"], r["lds"])
             c["waves"] = min(c["waves"], r["waves"])
+            c["sgpr_spill"] = max(c["sgpr_spill"], r["sgpr_spill"])
+            c["vgpr_spill"] = max(c["vgpr_spill"], r["vgpr_spill"])
             if r["kv"] == "fp8" and r["kernel"] != "store-floor" and not kernel.startswith("decode_reduce"):
                 hw = (r["cvt_to_fp8"] if r["kernel"] == "write" else r["cvt_from_fp8"]) > 0
                 c["cvt"] = "hw" if hw and c["cvt"] in (None, "hw") else "int"
@@ -140,19 +204,25 @@ def gate_table(results) -> str:
             key = (arch, "aiter pa_decode_gluon", "", r["kv"], PEER_HEADS[r["heads"]])
             cells.setdefault(key, {})[v] = dict(regs=(r["vgpr"] or 0) + (r["agpr"] or 0), sgpr=r["sgpr"] or 0,
                                                  lds=r["lds"], waves=_waves(r), cvt=None,
-                                                 scratch=r.get("scratch") or 0)
-    head = "| arch | kernel | kv | geometry | " + " | ".join(f"triton {v}" for v in versions) + " |"
-    lines = [head, "|" + "---|" * (4 + len(versions))]
+                                                 scratch=r.get("scratch") or 0,
+                                                 sgpr_spill=r.get("sgpr_spill") or 0,
+                                                 vgpr_spill=r.get("vgpr_spill") or 0)
+    head = ("| arch | kernel | kv | geometry | " + " | ".join(f"triton {v}" for v in versions)
+            + " | spills SGPR+VGPR (" + ", ".join(versions) + ") |")
+    lines = [head, "|" + "---|" * (5 + len(versions))]
     for key in sorted(cells):
         arch, kernel, layout, kv, geometry = key
         row = [arch, f"{kernel} {layout}".strip(), kv, geometry]
+        spills = []
         for v in versions:
             c = cells[key].get(v)
             row.append("-" if c is None else
                        f"{c['regs']}/{c['sgpr']}/{c['lds'] // 1024}K/**{c['waves']}**" + (f" {c['cvt']}" if c["cvt"] else "")
                        + (f" scratch {c['scratch']} B" if c.get("scratch") else ""))
+            spills.append("-" if c is None else f"{c['sgpr_spill']}+{c['vgpr_spill']}")
+        row.append("0" if all(x in ("-", "0+0") for x in spills) else " / ".join(spills))
         lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + _write_config_table(results, versions)
 
 
 def _docs_section() -> str:
@@ -217,13 +287,18 @@ def _print_side_by_side(results):
             continue
         for r in res["rows"]:
             if r["kernel"] == "decode" and r["name"] == "_decode_5d_kernel" and r["ok"] and "direct" in r["case"] \
-                    and r["buffer_ops"] is True and r["geometry"] in PEER_HEADS.values():
+                    and r["buffer_ops"] is True and r["geometry"] in PEER_HEADS.values() and _peer_shape(r):
                 peer = _peer_waves(results, v, arch, r["kv"], r["geometry"])
                 print(f"  triton {v:6s} {arch} {r['kv']:4s} {r['geometry']:12s} ours {r['waves']} "
                       f"(vgpr {r['vgpr']}+{r['agpr']} sgpr {r['sgpr']} lds {r['lds'] // 1024}K) | "
                       f"aiter {peer if peer is not None else 'n/a'}")
     for (kind, v, arch), res in sorted(results.items()):
         print(f"  {kind} triton {v} {arch}: {res['seconds']:.0f} s")
+
+
+def _peer_shape(row):
+    """A case of the shapes aiter's peer compiles (page 64, caches under 2 GiB)."""
+    return row.get("page", 64) == 64 and not row.get("big_cache")
 
 
 def _cells():
@@ -258,8 +333,8 @@ def test_every_kernel_compiles_fits_and_takes_no_scratch(gate, version, arch):
 
 
 def _assert_two_waves_without_sgpr_spills(gate, version, arch, kernel):
-    """The decode kernel's cases of ``kernel`` (decode, or verify: drafts packed):
-    at D=256 >= 2 waves/SIMD, and no SGPR spills anywhere. Returns the rows."""
+    """The decode kernel's cases of ``kernel`` (decode, or verify: drafts packed),
+    both tiers: at D=256 >= 2 waves/SIMD, and no SGPR spills anywhere. Returns the rows."""
     rows = [r for r in _rows(gate, version, arch)
             if r["name"] == "_decode_5d_kernel" and r["kernel"] == kernel and r["ok"]]
     assert rows, f"no {kernel} kernel compiled"
@@ -276,7 +351,7 @@ def test_decode_reaches_two_waves_without_sgpr_spills_and_never_fewer_than_aiter
     rows = _assert_two_waves_without_sgpr_spills(gate, version, arch, "decode")
     behind = []
     for r in rows:
-        if r["geometry"] in PEER_HEADS.values() and r["buffer_ops"] is True:
+        if r["geometry"] in PEER_HEADS.values() and r["buffer_ops"] is True and _peer_shape(r):
             peer = _peer_waves(gate, version, arch, r["kv"], r["geometry"])
             if peer is not None and r["waves"] < peer:
                 behind.append(f"{r['case']}: ours {r['waves']} < aiter {peer}")
@@ -307,6 +382,50 @@ def test_fp8_write_and_fp8_attention_use_the_hardware_conversion(gate, version, 
     assert reads and all(r["cvt_from_fp8"] > 0 for r in reads), \
         "fp8 attention without the hardware fp8 -> float conversion: " + ", ".join(
             r["case"] for r in reads if not r["cvt_from_fp8"])
+
+
+@pytest.mark.parametrize("version,arch", [(v, a) for v, a in _cells() if a != "sm_90"])
+def test_the_serving_shapes_are_compiled(gate, version, arch):
+    """The serving tier reaches the gate: float scales at every token count,
+    int64 lengths, 4 / 8 / 16 drafts, caches over 2 GiB for every attention
+    kernel and the write, pages 16 and 32; caches over 2 GiB compiled without
+    the pointer-range attribute on the cache pointers (as the JIT does at run
+    time) and the small tensors of those launches with it where buffer ops are on."""
+    rows = [r for r in _rows(gate, version, arch) if r["ok"]]
+    cases = {r["case"] for r in rows}
+    for T in (1, 16, 37, 2048, 4096, 8192, 32768):
+        assert f"5d fp8 qwen3.5-tp8 T={T} scale=float" in cases and f"nhd fp8 llama-like T={T} scale=float" in cases
+    assert {(r["kernel"], r["page"]) for r in rows if r["kernel"] in ("write", "decode", "verify", "extend")} >= {
+        (k, p) for k in ("write", "decode", "verify", "extend") for p in (16, 32, 64)}
+    assert {r["kernel"] for r in rows if r["big_cache"]} >= {"write", "decode", "verify", "extend"}
+    assert {int(c.split(" verify x")[1].split()[0]) for c in cases if " verify x" in c} == {4, 8, 16}
+    assert any("lens=int64" in c for c in cases) and any("lens=int64" not in c and r["kernel"] == "decode"
+                                                          for r in rows for c in [r["case"]])
+    cache_args = {"kc_ptr", "vc_ptr", "K", "V"}
+    for r in rows:
+        if r["kernel"] not in ("write", "decode", "verify", "extend") or "reduce" in r["name"]:
+            continue
+        ranged = set(r["pointer_range"] or ())
+        if r["big_cache"] or not r["buffer_ops"]:
+            assert not ranged & cache_args, f"{r['case']} bufops={r['buffer_ops']}: {sorted(ranged)}"
+        else:
+            assert ranged & cache_args == (cache_args & ({"kc_ptr", "vc_ptr"} if r["kernel"] == "write"
+                                                         else {"K", "V"})), (r["case"], sorted(ranged))
+        if r["buffer_ops"]:  # the small tensors keep it (Q or k_ptr)
+            assert ranged & {"k_ptr", "Q"}, f"{r['case']}: {sorted(ranged)}"
+        if r["kernel"] == "write":
+            assert r["config"]["LARGE"] is bool(r["big_cache"]), r["case"]
+
+
+@pytest.mark.parametrize("version,arch", [(v, a) for v, a in _cells() if a != "sm_90"])
+def test_fp8_write_takes_no_sgpr_spills(gate, version, arch):
+    """The FP8 write's goal at every serving shape: no SGPR (or VGPR) spills
+    (scratch and the hardware conversion are asserted above for every kernel)."""
+    rows = [r for r in _rows(gate, version, arch) if r["kernel"] == "write" and r["ok"]]
+    assert rows
+    spills = [f"{r['case']} bufops={r['buffer_ops']}: {r['sgpr_spill']} SGPRs, {r['vgpr_spill']} VGPRs "
+              f"({_write_config(r.get('config') or {})})" for r in rows if r["spills"]]
+    assert not spills, "the FP8 write spills:\n" + "\n".join(spills)
 
 
 @pytest.fixture(scope="module")
