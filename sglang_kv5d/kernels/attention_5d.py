@@ -1039,10 +1039,17 @@ def _decode_config_amd(D: int, G: int, page: int, X: int, fp8: bool, target: Ker
     while page % block_n and block_n > 16:
         block_n //= 2
     num_warps = 8 if block_h >= 64 else 4
-    if block_h >= 64 and BD < 256:
-        # 64 query rows (packed speculative drafts) at D<=128: 8 waves and
-        # 16-token tiles take 103-130 VGPRs, 3-4 waves per SIMD; 32-token tiles
-        # needed 193-209 VGPRs and spilled 1-10 SGPRs (gfx942 / gfx950, Triton 3.5-3.9)
+    if block_h >= 32 and BD < 256:
+        # 32 or more query rows at D<=128 (a GQA group of 32, or packed
+        # speculative drafts: Llama-like 4 query heads per KV head x 8 drafts
+        # = 32, x 16 = 64) take 16-token tiles. 64 rows: 8 waves and 16-token tiles
+        # take 103-130 VGPRs, 3-4 waves per SIMD; 32-token tiles needed 193-209
+        # VGPRs and spilled 1-10 SGPRs (gfx942 / gfx950, Triton 3.5-3.9). 32
+        # rows, 4 waves (gfx942, Triton 3.8.0, buffer ops on, caches under and
+        # over 2 GiB): 16-token tiles take 122-132 VGPRs and 64-80 SGPRs, no
+        # spills, 3-4 waves per SIMD; 32-token tiles took 193-200 VGPRs and
+        # 105-106 SGPRs, spilled 2 (bf16) and 28 (fp8) SGPRs, 2 waves. Every
+        # Triton and both archs: tests/test_amd_gate.py.
         block_n = 16
     return block_n, block_h, num_warps, 1, False
 
