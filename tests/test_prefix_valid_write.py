@@ -424,6 +424,26 @@ def test_bad_shapes_raise_before_writing(monkeypatch, overlay):
     assert bool((g.bytes("k_buffer", 1) == POISON).all())
 
 
+@pytest.mark.parametrize("value", [0.0, float("nan"), 1e-40], ids=repr)
+def test_a_refused_scale_raises_naming_this_patch_and_writes_nothing(monkeypatch, overlay, fused_launches, caplog,
+                                                                     value):
+    """A refused k_scale stops the commit with ScaleError naming prefix-valid-write-5d
+    and the layer: no launch, no cache byte written, no "input not taken" warning
+    (the scale is the problem, not the input), no kernel failure recorded."""
+    g = _pool("vectorized_5d", FP8_DTYPES[0], monkeypatch, guard_bytes=1 << 12)
+    k, v = _rows(*LOC.shape, seed=7, scale_hint=1.0)
+    before = fused_launches.launches
+    with caplog.at_level("WARNING", logger="sglang_kv5d"):
+        with pytest.raises(fp8_write.ScaleError,
+                           match=r"prefix-valid-write-5d: layer 1: k_scale: .*nothing was written"):
+            _commit(g.pool, 1, LOC, LENS, k, v, value, 1.0, monkeypatch)
+    assert fused_launches.launches == before
+    assert not [r for r in caplog.records if "not taken" in r.getMessage()]
+    assert kernel_check.failures() == {}
+    for name in ("k_buffer", "v_buffer"):
+        assert bool((g.bytes(name, 1) == POISON).all()), name
+
+
 # --------------------------------------------------------------------------- #
 # (c) NHD pools reach the original                                             #
 # --------------------------------------------------------------------------- #

@@ -132,6 +132,13 @@ def _make(original):
             fp8_write.write_kv_fp8(k, v, k_cache, v_cache, core.masked_slots(loc_2d, commit_lens), ks, vs,
                                    fp8_dtype=pool.dtype)
         except Exception as exc:
+            if isinstance(exc, fp8_write.ScaleError):
+                # A refused scale is a wrong model constant: every write path
+                # (fp8-kv-write's too, which set_kv_buffer would reach) refuses
+                # it, so stop here with the layer named; nothing was written.
+                raise fp8_write.ScaleError(
+                    f"sglang-kv5d prefix-valid-write-5d: layer {layer_id}: {exc}; nothing was written"
+                ) from exc
             if kernel_check.is_host_validation(exc):
                 what = (type(exc).__name__, str(exc).split(":", 1)[0])
                 if what not in warned:
