@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .common import portable_args, _dname, _is_fp8, _kernels, _kv_scales, _layer_cache, _layer_window, _max_kv_len, _page_table_2d, _scale_tensor, _torch, block_table_from_token_slots, decode_sliding_window_arg
-from .routing import CONTEXT_PARTITION_SIZE, ConfigKey, _DECODE_FNS, _aiter_fp8_dtype_safe, _is_no_kernel, _remember, _route, _run_portable
+from .routing import CONTEXT_PARTITION_SIZE, ConfigKey, _DECODE_FNS, _aiter_fp8_dtype_safe, _is_no_kernel, _remember, _route, _run_portable, decode_page_unsupported
 
 
 def forward_decode_vectorized_5d(backend, q, layer, forward_batch, k_cache, v_cache, o, sinks):
@@ -43,7 +43,7 @@ def forward_decode_vectorized_5d(backend, q, layer, forward_batch, k_cache, v_ca
         "pa_decode_gluon", _dname(q.dtype), _dname(kv_dtype), page, d, dv, hq, hkv,
         window >= 0, sinks is not None, cap > 0,
     )
-    unsupported = lambda: _decode_unsupported(q3, o3, kv_dtype, hq, hkv, d, dv, cap)  # noqa: E731
+    unsupported = lambda: _decode_unsupported(q3, o3, kv_dtype, hq, hkv, d, dv, cap, page)  # noqa: E731
     impl, fns = _route(key, _DECODE_FNS, unsupported)
 
     def run_aiter(fns):
@@ -78,9 +78,12 @@ def forward_decode_vectorized_5d(backend, q, layer, forward_batch, k_cache, v_ca
     return None
 
 
-def _decode_unsupported(q3, o3, kv_dtype, hq, hkv, d, dv, cap) -> Optional[str]:
+def _decode_unsupported(q3, o3, kv_dtype, hq, hkv, d, dv, cap, page) -> Optional[str]:
     """Why pa_decode_gluon cannot serve this layer, or None."""
     torch = _torch()
+    why = decode_page_unsupported(page)
+    if why:
+        return why
     if cap > 0:
         return "pa_decode_gluon has no logit soft-cap"
     if d != dv:

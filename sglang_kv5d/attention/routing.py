@@ -46,6 +46,32 @@ EXTEND_SINKS_UNSUPPORTED = (
 _PA_MODULE = "aiter.ops.triton.gluon.pa_decode_gluon"
 
 
+#: The pages (``kv_block_size``) ``pa_decode_gluon`` is written and tested for:
+#: its docstring lists them at every release from v0.1.10 to main e4048607, and
+#: v0.1.10 .. v0.1.13.post1 assert them in the wrapper (AssertionError). Later
+#: releases assert nothing, but aiter's tests cover no other page, and its PS
+#: kernels compiled for page 32 (main e4048607, Triton 3.7.0, aiter's pin;
+#: tests/amd/aiter_peer.py at D=256, heads 4/1 and 16/2) spill: 364-452 bytes
+#: of scratch and 111-152 VGPRs on gfx942 (fp8 and bf16) and on gfx950 bf16,
+#: 16-28 VGPRs on gfx950 fp8, all at 1 wave per SIMD; at pages 16 and 64 the
+#: same kernels use no scratch. A SHUFFLE 5D page outside this list (32, 48,
+#: 128, ...) therefore decodes on the portable kernels, decided before any call
+#: and remembered with this reason. Batch prefill is not limited by the page:
+#: the overlay hands it K/V gathered to the linear (page 1) layout.
+PA_DECODE_PAGES = (16, 64, 1024)
+
+
+def decode_page_unsupported(page: int) -> Optional[str]:
+    """Why ``pa_decode_gluon`` is not handed a 5D cache of this page size, or None."""
+    if int(page) in PA_DECODE_PAGES:
+        return None
+    return (
+        f"pa_decode_gluon is written for pages {list(PA_DECODE_PAGES)}, not {int(page)} (aiter v0.1.10 .. "
+        f"v0.1.13.post1 assert kv_block_size in that list; later releases test no other page, and their "
+        f"kernels compiled for page 32 spill registers to scratch on gfx942)"
+    )
+
+
 class ConfigKey(NamedTuple):
     """What a fallback decision is remembered for."""
 

@@ -53,6 +53,12 @@ PREFILL_SINK_PTR_KERNELS = False
 #: (:class:`PageTableOverRead`). False models a build with the fix.
 PREFILL_READS_PAST_TABLE = True
 
+#: The block sizes ``pa_decode_gluon``'s wrapper asserts (``kv_block_size in [16,
+#: 64, 1024]``, AssertionError), or None where it asserts none. None as at main
+#: e4048607 and every release from v0.1.14 (the list is only in the docstring
+#: there); ``(16, 64, 1024)`` models v0.1.10 .. v0.1.13.post1.
+PA_DECODE_BLOCK_SIZES = None
+
 #: The GPU architecture pa_decode_gluon sees (it asserts gfx942 or gfx950).
 ARCH = "gfx942" if os.environ.get("FAKE_AITER_FP8") == "e4m3fnuz" else "gfx950"
 

@@ -4,7 +4,9 @@ Signatures as at aiter HEAD e4048607 (``pa_decode_gluon`` unchanged since
 8cd7c8b, tags >= v0.1.14). The result is computed with torch in float64 and
 written into ``output``. The real wrapper's checks are repeated with its
 exception types (AssertionError, RuntimeError) and in its order, including the
-Gluon and architecture checks (``aiter._fake.GLUON``, ``aiter._fake.ARCH``).
+Gluon and architecture checks (``aiter._fake.GLUON``, ``aiter._fake.ARCH``)
+and, where ``aiter._fake.PA_DECODE_BLOCK_SIZES`` models a release that has it
+(v0.1.10 .. v0.1.13.post1), the block-size assert.
 The fake checks more only where its float64 result needs it (shapes that
 index, the vector width, in-range block ids): there the real kernel would
 compute garbage, and the fake raises SilentGarbage instead.
@@ -101,6 +103,10 @@ def pa_decode_gluon(
     hkv = key_cache.shape[1]
     group = hq // hkv
     check(query_length * group <= 64, f"equivalent_query_group_size={query_length * group} exceeds maximum of 64")
+    if _fake.PA_DECODE_BLOCK_SIZES is not None:  # v0.1.10 .. v0.1.13.post1 (aiter._fake)
+        kv_block_size = key_cache.shape[-2]
+        check(kv_block_size in _fake.PA_DECODE_BLOCK_SIZES,
+              f"kv_block_size == {kv_block_size} not in {list(_fake.PA_DECODE_BLOCK_SIZES)}")
     check(output.dim() == 3, f"Expected 3D output tensor, but got shape {tuple(output.shape)}")
     check(query.dim() == 3, f"Expected 3D query tensor, but got shape {tuple(query.shape)}")
     check(key_cache.dim() == 5, f"Expected 5D key_cache tensor, but got shape {tuple(key_cache.shape)}")
