@@ -20,22 +20,24 @@ pages 16 and 32 for the Qwen3.5 geometries (Qwen3.5 MI355X recipes serve page
 16). The FP8 format is the one the arch serves: e4m3fnuz on gfx942, e4m3fn on
 gfx950 and sm_90.
 
-Two tiers of cases (``Case.tier``). ``core``: the write at T = 16, 2048 and
-32768 with tensor scales, decode (batch 1 at 32k: split context; batch 256
-at 4k: direct), verify with 16 drafts, extend (causal, a window, non-causal),
-the store floor, the verify page tables. ``serving``: what SGLang's runtime
-also launches: the write with a Python float scale (SGLang's default without
+Two tiers of cases (``Case.tier``; the spec tables ``WRITES`` and
+``ATTENTION`` list them). ``core``: the write at T = 16, 2048 and 32768 with
+tensor scales; decode (batch 1 at 32k: split context; batch 256 at 4k:
+direct); verify with 16 drafts; extend (causal, a window, non-causal); the
+store floor; the verify page tables. ``serving``: what SGLang's runtime also
+launches: the write with a Python float scale (SGLang's default without
 checkpoint KV scales) at T = 1, 16, 37 (not a multiple of 16), 2048, 4096 and
 8192 (chunked prefill) and 32768; decode with int64 sequence lengths
 (SGLang's ``seq_lens``; the core cases keep int32); verify with 4 and 8
-drafts; caches whose storage exceeds 2 GiB (per-layer pools of that size are
-normal on MI300X / MI355X: Triton's ROCm JIT then leaves the cache pointers
-without the 32-bit pointer-range attribute, so no buffer ops on them, and the
-write switches to 64-bit offsets; the meta cache is sized so, and the JIT
-decides per tensor as at run time) for the write, decode, verify and extend;
-pages 16 and 32. ``report`` compiles the serving tier only with the buffer-ops
-knob at the installed Triton's default (the setting the JIT runs with), the
-core tier with every setting asked for.
+drafts; caches whose storage exceeds 2 GiB for the write, decode, verify and
+extend (per-layer pools of that size are normal on MI300X / MI355X: Triton's
+ROCm JIT then leaves the cache pointers without the 32-bit pointer-range
+attribute, so no buffer ops on them, and the write switches to 64-bit
+offsets; the meta cache is sized so and the JIT decides per tensor, as at run
+time); pages 16 and 32 at the Qwen3.5 geometries. ``report`` compiles the
+serving tier only with the buffer-ops setting the installed Triton defaults
+to (the one the JIT runs with), the core tier with every setting asked for.
+The other caches stay at most 2**31 - 1 bytes (checked when a case runs).
 
 Verify page tables (``verify-table``): 256 requests, rows of 4097, 2049 and
 65 block ids, with and without the SWA table, ``req_to_token`` int32

@@ -25,9 +25,11 @@ the ``meta`` device: nothing is allocated and nothing runs.
 
 One arch per process: Triton 3.5.1 and 3.6.0 compile gfx950 kernels without
 the hardware FP8 conversion once a gfx942 kernel was compiled earlier in the
-same process (reported in issue 29 of this project), so ``compiling_for``
-refuses a second arch in a process that already compiled for another
-(``kernel_report`` and ``doctor --kernels-for`` start one process per arch).
+same process (the FP8 write at T=16 and the fp8 decode at D=256: 8 and 80
+``v_cvt`` fp8 instructions for gfx950 in a process of its own, 0 and 0 after
+gfx942; Triton 3.8.0 keeps them), so ``compiling_for`` refuses a second arch
+in a process that already compiled for another (``kernel_report`` and
+``doctor --kernels-for`` start one process per arch).
 
 ``kernel_stats`` reads the compiled kernel: on AMD the AMDGCN's register
 counts (``NumVgprs``, ``NumAgprs``, ``TotalNumSgprs``), spills, scratch, the
