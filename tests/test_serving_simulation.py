@@ -2,8 +2,8 @@
 
 The scenario (tests.helpers.serving_sim drives SGLang's real ReqToTokenPool,
 paged allocator, RadixCache, Req / ScheduleBatch and AiterAttnBackend, the
-overlay active, portable kernels under the Triton interpreter), page 16 and
-page 64, context 4 pages, 4 tokens per verify:
+overlay active, portable kernels under the Triton interpreter), pages 16, 32
+and 64, context 4 pages, 4 tokens per verify:
 
  1. A (3 pages + 5 tokens; the first 2 pages + 1 token shared with B)
     prefills in three page-aligned chunks; before each next chunk SGLang
@@ -62,7 +62,7 @@ from tests.helpers.subproc import sglang_version
 pytestmark = pytest.mark.skipif(parse_version(sglang_version()) != parse_version("0.5.23"),
                                 reason="drives SGLang 0.5.23's scheduler-side API (checkpoint_kv_cache, spec v2)")
 
-PAGES = {16: 11, 64: 11}  # pool size in pages: tight enough that D evicts and D's resume evicts
+PAGES = {16: 11, 32: 11, 64: 11}  # pool size in pages: tight enough that D evicts and D's resume evicts
 
 
 def config(page: int) -> SimConfig:
@@ -201,7 +201,7 @@ def run_scenario(sim: ServingSim, stop_after: str = None, verify_graph=(False, T
             return
 
 
-@pytest.mark.parametrize("page", [16, 64])
+@pytest.mark.parametrize("page", [16, 32, 64])
 def test_serving_simulation(overlay, page):
     cfg = config(page)
     with sglang_runtime(cfg):
