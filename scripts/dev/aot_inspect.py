@@ -83,7 +83,9 @@ def _write(args):
     five = args.layout == "5d"
     fnuz = args.fp8 == "e4m3fnuz"  # as on NVIDIA: fnuz takes the integer encoder
     dt = torch.float8_e4m3fnuz if fnuz else torch.float8_e4m3fn
-    cfg = W.launch_config(args.t, args.h, args.d, args.d, five, native_fp8=not fnuz)
+    from sglang_kv5d.kernels.target import known_target
+
+    cfg = W.launch_config(args.t, args.h, args.d, args.d, five, not fnuz, known_target(f"sm_{SM}"))
 
     def run(target):
         m = dict(device="meta")

@@ -54,6 +54,7 @@ from sglang_kv5d.bench.fp8_write_cases import (  # noqa: F401  (the suite's publ
     DEFAULT_TOKEN_COUNTS, PAGE, cache_pages, decode_loc, norm_geometries, prefill_loc, row_cases,
 )
 from sglang_kv5d.bench.fp8_write_report import TARGETS, evaluate_targets, format_table  # noqa: F401
+from sglang_kv5d.kernels.target import target_of
 
 
 def _time(fn, T) -> float:
@@ -196,7 +197,7 @@ def run(
                         vc = torch.zeros(n_slots, H, DV, dtype=torch.uint8, device=dev)
                     kct, vct = kc.view(cdt), vc.view(cdt)
                     cfg = fp8_write.launch_config(T, H, DK, DV, layout == "5d",
-                                                  fp8_write._native_fp8_ok(dev, cdt))
+                                                  fp8_write._native_fp8_ok(dev, cdt), target_of(dev))
 
                     def run_fused():
                         fp8_write.write_kv_fp8(k, v, kct, vct, loc, ks, vs)

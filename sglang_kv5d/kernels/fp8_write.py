@@ -56,8 +56,11 @@ token owns one byte of every 16-byte vector. Two ways to write it:
   slower on the H200).
 
 The launch configuration (window, heads per program, row chunks, groups,
-launch order) is picked on the host from shapes only (``launch_config``; the
-H200 measurements behind each rule: docs/benchmarks.md, "Decisions").
+launch order, warps) is picked on the host from shapes and the KernelTarget
+only (``launch_config``): on NVIDIA and under the interpreter by H200 timing
+(docs/benchmarks.md, "Decisions"), on AMD (gfx942, gfx950) from the compile
+figures of ``lab/write_config_sweep.py`` (``_launch_config_amd``: registers,
+spills, waves per SIMD; no group path there).
 
 Division. On the GPU the quotient is computed as ``x * RN(1/s)`` followed by
 two FMA residual corrections, which is the correctly rounded ``x / s``
@@ -67,9 +70,10 @@ division instruction sequence has one, taken for zero numerators). It runs on
 code, so saturation is unchanged); the encoders take that magnitude and the
 sign of ``x``. Under the CPU interpreter plain IEEE division is used.
 
-FP8 encoding. On NVIDIA (sm_89+) with e4m3fn the hardware conversion
-(round-to-nearest-even, saturating) is used. Elsewhere (``e4m3fnuz`` on NVIDIA,
-the Triton CPU interpreter, ROCm until measured there) the kernel encodes the
+FP8 encoding. Where the target converts the format in hardware (e4m3fn on
+NVIDIA sm_89+ and AMD gfx950, e4m3fnuz on AMD gfx942; round-to-nearest-even)
+that conversion is used. Elsewhere (``e4m3fnuz`` on NVIDIA, e4m3fn on gfx942,
+the Triton CPU interpreter) the kernel encodes the
 byte itself with integer arithmetic on the fp32 bits (same result, a few more
 instructions), and always stores bytes, so caches may be fp8-typed or uint8.
 
@@ -1122,11 +1126,23 @@ def _v_group_launch(cfg: Mapping, bdv: int, *, v_ok: bool, warp_size: int, warps
     return True, v_spec, chunk, num_warps
 
 
-def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool, native_fp8: bool = True) -> dict:
-    """Kernel configuration picked from shapes and the encoder only (never from
-    loc contents). ``native_fp8``: the hardware FP8 conversion is used (e4m3fn
-    on NVIDIA sm_89+); False for the integer encoder (e4m3fnuz, ROCm, the CPU
-    interpreter).
+def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool, native_fp8: bool,
+                  target: KernelTarget) -> dict:
+    """Kernel configuration for ``target`` picked from shapes and the encoder
+    only (never from loc contents). ``native_fp8``: the hardware FP8
+    conversion is used (e4m3fn on NVIDIA sm_89+ and gfx950, e4m3fnuz on
+    gfx942); False for the integer encoder (e4m3fnuz on NVIDIA, the CPU
+    interpreter). NVIDIA and the interpreter (NVIDIA-shaped) take
+    ``_launch_config_nvidia``, AMD (gfx942, gfx950) ``_launch_config_amd``.
+    The keys are described at ``_launch_config_nvidia``.
+    """
+    if target.is_amd:
+        return _launch_config_amd(T, H, DK, DV, layout_5d, native_fp8, target)
+    return _launch_config_nvidia(T, H, DK, DV, layout_5d, native_fp8)
+
+
+def _launch_config_nvidia(T: int, H: int, DK: int, DV: int, layout_5d: bool, native_fp8: bool) -> dict:
+    """NVIDIA's (and the interpreter's) configuration, chosen by H200 timing.
 
     Keys: ``block_t`` tokens per program (a power of two; >= 16 with ``groups``),
     ``heads_per_program``, ``d_split`` programs per head row (each takes
@@ -1197,16 +1213,80 @@ def launch_config(T: int, H: int, DK: int, DV: int, layout_5d: bool, native_fp8:
     return cfg
 
 
-def _resolve_config(plan: "_Plan", override: Optional[dict], native: bool) -> Mapping:
-    """launch_config for the plan's shapes, with ``override`` applied and checked.
+# AMD: elements a lane quantises per program (the tile over the program's
+# lanes). 16 keeps every serving shape at or under 64 VGPRs (8 waves per
+# SIMD) with the fewest instructions per element; see _launch_config_amd.
+_AMD_ELEMENTS_PER_LANE = 16
 
-    Without an override the checked default is cached per shape: this runs on
-    every write (every layer of every step), and building and checking the
-    dict costs several microseconds of host time.
+
+def _launch_config_amd(T: int, H: int, DK: int, DV: int, layout_5d: bool, native_fp8: bool,
+                       target: KernelTarget) -> dict:
+    """AMD (gfx942, gfx950): the tiles chosen from the compile figures, not
+    from timing (speed on AMD hardware is unmeasured).
+
+    Rules, each with what chose it (``lab/write_config_sweep.py``: gfx942 and
+    gfx950, Triton 3.5.1-3.9.0, buffer ops on and off, caches under and over
+    2 GiB, pages 16/32/64, tensor and float scales, the serving shapes of
+    Qwen3.5 TP8 / TP1 and a Llama-like layer, T = 1 .. 32768):
+
+    * 5D V bytes one by one at every size, never the group path. The
+      register group path (``v_words``) runs out of SGPRs on AMD: 106 SGPRs
+      and 6-26 spilled at T = 32768 (Triton 3.8.0 gfx942: 87 VGPRs, 18
+      spills, 4 waves for Qwen3.5 TP8), and it issues 1.5-3x the
+      instructions per element of the bytes path even where it does not
+      spill (4 waves, Triton 3.8.0); the shared-memory group path spills too
+      for two heads per program. The bytes path takes 35-54 VGPRs, 30-46
+      SGPRs, no spills, 8 waves per SIMD, 4-8 KiB of LDS.
+    * Windows as on NVIDIA (4 tokens up to T = 128, 16 beyond; 5D rows of
+      256 dims over two programs; NHD heads up to 512 elements per program)
+      but NHD windows past 128 tokens hold at most 4096 elements (16 tokens
+      of 256 dims, 8 tokens of 512): the H200's 32 x 512 tile needs 146
+      VGPRs with buffer ops (3 waves); 8 x 512 needs 44 (8 waves).
+    * ``num_warps`` so that each of the 64 lanes quantises 16 elements
+      (at most 4 waves, at least 1): 16 per lane take 43-54 VGPRs (8 waves)
+      and the fewest wave instructions per element measured (0.73 for a 5D
+      window against 0.90 with 8 per lane and 2.1 for the H200's 4-wave
+      decode windows, 2 per lane); 32 per lane take 78 VGPRs (6 waves).
+      Decode windows (4 tokens) thus run as one wave. 5D windows that hold
+      both V store paths (129-2048 tokens: windows inside runs stored as
+      loaded, the others with the decode lane order) take 8 per lane: with
+      16, gfx950 needs 73-74 VGPRs with buffer ops (6 waves), with 8 it
+      needs 52 (8 waves).
+    * The decode lane order (``byte_tokens`` 4 up to 2048 tokens) and the
+      launch order as on NVIDIA: they change addresses, not registers.
+    """
+    D = max(DK, DV)
+    cfg = _launch_config_nvidia(T, H, DK, DV, layout_5d, native_fp8)
+    cfg.update(groups=False, v_spec=False, maxnreg=None)
+    if layout_5d:
+        cfg.update(block_t=4 if T <= 128 else 16, heads_per_program=1, d_split=_row_chunks(DK, DV),
+                   token_major=D < 256, byte_tokens=4 if T <= _DECODE_LANES_MAX_T else 16)
+    elif T <= 128:
+        cfg.update(block_t=4, heads_per_program=1)
+    else:
+        hb = _heads_per_program(H, D, 512)
+        row = hb * triton.next_power_of_2(D)
+        cfg.update(heads_per_program=hb, block_t=max(4, min(32, 4096 // row)))
+    lanes = target.warp_size or 64
+    per_lane = _AMD_ELEMENTS_PER_LANE
+    if layout_5d and cfg["byte_tokens"] < cfg["block_t"]:
+        per_lane //= 2  # two V store paths in one program (run windows, decode lanes)
+    tile = cfg["block_t"] * cfg["heads_per_program"] * (triton.next_power_of_2(D) // cfg["d_split"])
+    cfg["num_warps"] = max(1, min(4, tile // (lanes * per_lane)))
+    return cfg
+
+
+def _resolve_config(plan: "_Plan", override: Optional[dict], native: bool, target: KernelTarget) -> Mapping:
+    """launch_config for the plan's shapes on ``target``, with ``override``
+    applied and checked.
+
+    Without an override the checked default is cached per shape and target:
+    this runs on every write (every layer of every step), and building and
+    checking the dict costs several microseconds of host time.
     """
     if not override:
-        return _default_config(plan.T, plan.H, plan.DK, plan.DV, plan.layout_5d, native)
-    cfg = launch_config(plan.T, plan.H, plan.DK, plan.DV, plan.layout_5d, native)
+        return _default_config(plan.T, plan.H, plan.DK, plan.DV, plan.layout_5d, native, target)
+    cfg = launch_config(plan.T, plan.H, plan.DK, plan.DV, plan.layout_5d, native, target)
     unknown = set(override) - set(_CONFIG_KEYS)
     if unknown:
         raise ValueError(f"_config: unknown keys {sorted(unknown)}; known: {list(_CONFIG_KEYS)}")
@@ -1215,8 +1295,10 @@ def _resolve_config(plan: "_Plan", override: Optional[dict], native: bool) -> Ma
 
 
 @functools.lru_cache(maxsize=1024)
-def _default_config(T: int, H: int, DK: int, DV: int, layout_5d: bool, native: bool) -> Mapping:
-    return MappingProxyType(_check_config(launch_config(T, H, DK, DV, layout_5d, native), H, DK, DV, layout_5d))
+def _default_config(T: int, H: int, DK: int, DV: int, layout_5d: bool, native: bool,
+                    target: KernelTarget) -> Mapping:
+    return MappingProxyType(_check_config(launch_config(T, H, DK, DV, layout_5d, native, target), H, DK, DV,
+                                          layout_5d))
 
 
 def _check_config(cfg: dict, H: int, DK: int, DV: int, layout_5d: bool) -> dict:
@@ -1310,7 +1392,7 @@ def write_kv_fp8(
         raise ValueError(f"_encoder: expected 'auto', 'native' or 'bits', got {_encoder!r}")
 
     T, H, DK, DV = plan.T, plan.H, plan.DK, plan.DV
-    cfg = _resolve_config(plan, _config, native)
+    cfg = _resolve_config(plan, _config, native, target)
     block_t, hb, ds, split = cfg["block_t"], cfg["heads_per_program"], cfg["d_split"], cfg["split_kv"]
     kc, vc = plan.kc_bytes, plan.vc_bytes
     if plan.layout_5d:

@@ -20,6 +20,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from sglang_kv5d.kernels import fp8_reference as ref  # noqa: E402
 from sglang_kv5d.kernels import fp8_write as fw  # noqa: E402
+from sglang_kv5d.kernels.target import INTERPRETER, known_target  # noqa: E402
+
+SM90 = known_target("sm_90")
 
 FN, FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
 CODE_MAX = {FN: 0x7E, FNUZ: 0x7F}
@@ -294,7 +297,7 @@ def test_default_config_with_wide_and_uneven_head_dims(T):
     """K 96 / V 320 dims: rows split over two programs with the dims past 96 / 320 masked."""
     g = _gen(44 + T)
     H, DK, DV, page, n_blocks = 1, 96, 320, 16, 16
-    assert fw.launch_config(T, H, DK, DV, True)["d_split"] == 2
+    assert fw.launch_config(T, H, DK, DV, True, True, SM90)["d_split"] == 2
     k = ref.make_input(T, H, DK, torch.bfloat16, gen=g)
     v = ref.make_input(T, H, DV, torch.bfloat16, gen=g)
     kc, vc = ref.make_caches("5d", n_blocks, page, H, DK, DV, gen=g, typed=FN)
@@ -304,10 +307,10 @@ def test_default_config_with_wide_and_uneven_head_dims(T):
 
 def test_launch_order_default():
     """Token-major for 5D rows of up to 128 dims (H200 sweep), the 3-D grid elsewhere."""
-    assert fw.launch_config(4096, 8, 128, 128, True)["token_major"] is True
-    assert fw.launch_config(16, 8, 64, 64, True)["token_major"] is True
-    assert fw.launch_config(4096, 2, 256, 256, True)["token_major"] is False
-    assert fw.launch_config(4096, 8, 128, 128, False)["token_major"] is False
+    assert fw.launch_config(4096, 8, 128, 128, True, True, SM90)["token_major"] is True
+    assert fw.launch_config(16, 8, 64, 64, True, True, SM90)["token_major"] is True
+    assert fw.launch_config(4096, 2, 256, 256, True, True, SM90)["token_major"] is False
+    assert fw.launch_config(4096, 8, 128, 128, False, True, SM90)["token_major"] is False
 
 
 def test_d128_bytes_up_to_4096_tokens_with_decode_windows_on_4_tokens():
@@ -315,14 +318,14 @@ def test_d128_bytes_up_to_4096_tokens_with_decode_windows_on_4_tokens():
     that; up to 2048 tokens (any D) windows not inside runs store with the
     lanes on 4 tokens."""
     for T in (129, 1024, 2048, 2049, 4096):
-        cfg = fw.launch_config(T, 8, 128, 128, True)
+        cfg = fw.launch_config(T, 8, 128, 128, True, True, SM90)
         assert (cfg["groups"], cfg["block_t"], cfg["token_major"]) == (False, 16, True)
         assert cfg["byte_tokens"] == (4 if T <= 2048 else 16)
-    assert fw.launch_config(8192, 2, 256, 256, True)["byte_tokens"] == 16  # bytes, D = 256, prefill sizes
-    assert fw.launch_config(2048, 2, 256, 256, True)["byte_tokens"] == 4
-    big = fw.launch_config(4097, 8, 128, 128, True)
+    assert fw.launch_config(8192, 2, 256, 256, True, True, SM90)["byte_tokens"] == 16  # bytes, D = 256, prefill sizes
+    assert fw.launch_config(2048, 2, 256, 256, True, True, SM90)["byte_tokens"] == 4
+    big = fw.launch_config(4097, 8, 128, 128, True, True, SM90)
     assert (big["groups"], big["v_spec"], big["byte_tokens"]) == (True, True, 16)
-    assert fw.launch_config(128, 8, 128, 128, True)["block_t"] == 4  # 4-token windows: stored as loaded
+    assert fw.launch_config(128, 8, 128, 128, True, True, SM90)["block_t"] == 4  # 4-token windows: stored as loaded
 
 
 @pytest.mark.parametrize("kind", ["runs", "scattered", "mixed", "tricky"])
@@ -332,7 +335,7 @@ def test_default_bytes_path_on_runs_and_decode_windows(kind):
     bytes, including windows at the end of the tokens."""
     g = _gen(91 + len(kind))
     H, D, page, n_blocks, T = 2, 64, 32, 24, 300
-    assert fw.launch_config(T, H, D, D, True)["byte_tokens"] == 4
+    assert fw.launch_config(T, H, D, D, True, True, SM90)["byte_tokens"] == 4
     k = ref.make_input(T, H, D, torch.bfloat16, gen=g, token_pad=8)
     v = ref.make_input(T, H, D, torch.bfloat16, gen=g)
     kc, vc = ref.make_caches("5d", n_blocks, page, H, D, D, gen=g, typed=FN)
@@ -344,27 +347,27 @@ def test_integer_encoder_stores_5d_v_bytes_one_by_one_at_every_size():
     """native_fp8=False (e4m3fnuz, ROCm, the interpreter): no group path; rows
     of 256 dims whole from 8 MiB of V per call, split below; NHD unchanged."""
     for T, H, D in ((8192, 8, 128), (262144, 8, 128), (16384, 2, 256), (262144, 1, 256), (4096, 2, 256)):
-        native, bits = fw.launch_config(T, H, D, D, True), fw.launch_config(T, H, D, D, True, native_fp8=False)
+        native, bits = fw.launch_config(T, H, D, D, True, True, SM90), fw.launch_config(T, H, D, D, True, False, SM90)
         assert bits["groups"] is False and bits["block_t"] == 16 and bits["byte_tokens"] == 16
         whole = D == 256 and T * H * D >= 1 << 23
         assert bits["d_split"] == (1 if whole else fw._row_chunks(D, D))
         assert bits["token_major"] is (D < 256)
         assert native["groups"] is (T * H * D >= 1 << 23 if D == 256 else T > 4096)
-    assert fw.launch_config(100, 2, 256, 256, True, native_fp8=False)["block_t"] == 4
-    assert fw.launch_config(2048, 2, 64, 64, True, native_fp8=False)["byte_tokens"] == 4
+    assert fw.launch_config(100, 2, 256, 256, True, False, SM90)["block_t"] == 4
+    assert fw.launch_config(2048, 2, 64, 64, True, False, SM90)["byte_tokens"] == 4
     for T in (16, 4096, 262144):
-        assert fw.launch_config(T, 8, 128, 128, False, native_fp8=False) == fw.launch_config(T, 8, 128, 128, False)
+        assert fw.launch_config(T, 8, 128, 128, False, False, SM90) == fw.launch_config(T, 8, 128, 128, False, True, SM90)
 
 
 def test_d256_groups_from_8_mib_of_v():
     """D = 256: V bytes one by one below 8 MiB of V per call, whole-vector groups
     (one head, rows split over two programs, token-major) from there on."""
-    small = fw.launch_config(16384, 1, 256, 256, True)
+    small = fw.launch_config(16384, 1, 256, 256, True, True, SM90)
     assert (small["groups"], small["d_split"], small["token_major"]) == (False, 2, False)
     for T, H in ((32768, 1), (16384, 2), (262144, 2)):
-        big = fw.launch_config(T, H, 256, 256, True)
+        big = fw.launch_config(T, H, 256, 256, True, True, SM90)
         assert (big["groups"], big["heads_per_program"], big["d_split"], big["token_major"]) == (True, 1, 2, True)
-    assert fw.launch_config(300000, 1, 512, 512, True)["groups"] is False  # other widths unchanged
+    assert fw.launch_config(300000, 1, 512, 512, True, True, SM90)["groups"] is False  # other widths unchanged
 
 
 def test_launch_config_is_valid_for_any_shape():
@@ -376,8 +379,9 @@ def test_launch_config_is_valid_for_any_shape():
                     for T in (1, 100, 129, 1500, 5000, 40000):
                         plan = fw._Plan(T, H, DK, DV, layout_5d, 64, 1 << 20, FN, None, None)
                         for native in (True, False):
-                            cfg = fw._resolve_config(plan, None, native)
-                            assert cfg["d_split"] & (cfg["d_split"] - 1) == 0
+                            for target in (SM90, INTERPRETER, known_target("gfx942"), known_target("gfx950")):
+                                cfg = fw._resolve_config(plan, None, native, target)
+                                assert cfg["d_split"] & (cfg["d_split"] - 1) == 0
 
 
 @pytest.mark.parametrize("bad,match", [
@@ -468,14 +472,14 @@ def test_v_words_launch_gives_each_thread_one_word():
 
 
 def test_v_group_launch_fetches_rows_early_only_with_one_block_and_one_chunk():
-    cfg = fw.launch_config(8192, 8, 128, 128, True)  # groups, 2 heads x 64 words, v_spec
+    cfg = fw.launch_config(8192, 8, 128, 128, True, True, SM90)  # groups, 2 heads x 64 words, v_spec
     assert fw._v_group_launch(cfg, 128, v_ok=True, warp_size=32, warps_fixed=False) == (True, True, 128, 4)
     assert fw._v_group_launch(cfg, 128, v_ok=False, warp_size=32, warps_fixed=False) == (False, False, 1, 4)
     two_chunks = dict(cfg, num_warps=2)  # 128 words on 64 fixed threads
     assert fw._v_group_launch(two_chunks, 128, v_ok=True, warp_size=32, warps_fixed=True) == (True, False, 64, 2)
     two_blocks = dict(cfg, block_t=32)
     assert fw._v_group_launch(two_blocks, 128, v_ok=True, warp_size=32, warps_fixed=False)[:2] == (True, False)
-    bytes_only = fw.launch_config(512, 8, 128, 128, True)
+    bytes_only = fw.launch_config(512, 8, 128, 128, True, True, SM90)
     assert fw._v_group_launch(bytes_only, 128, v_ok=True, warp_size=32, warps_fixed=False)[:2] == (False, False)
 
 
@@ -773,6 +777,6 @@ def test_amd_launch_configurations_write_the_same_bytes(arch, layout, T_cfg, H, 
     v = ref.make_input(T, H, D, torch.bfloat16, gen=g, token_pad=16)
     kc, vc = ref.make_caches(layout, n_blocks, page, H, D, D, gen=g)
     loc = ref.loc_pattern(kind, T, n_blocks * page, page, gen=g)
-    cfg = fw.launch_config(T_cfg, H, D, D, layout == "5d", native_fp8=True)
+    cfg = fw.launch_config(T_cfg, H, D, D, layout == "5d", True, target)
     _write_and_check(k, v, kc, vc, loc, 0.5, 0.75, fp8, layout, pass_dtype=fp8, _config=cfg,
                      _encoder="bits", _target=target)
