@@ -75,6 +75,16 @@ CASES = [
     _case("KV5D008", False, ROCM + MODEL + ["--attention-backend", "aiter", "--kv-cache-dtype", "bf16",
                                             "--page-size", "8"], FIVE_D),
     _case("KV5D008", False, ROCM + MODEL + ["--attention-backend", "aiter", "--kv-cache-dtype", "fp8_e4m3"], FIVE_D),
+    # ... pages 16 and 32 for fp8 (X=16), 8 for the model dtype (bf16: X=8); 24 and 12 are not multiples of X
+    _case("KV5D008", False, ROCM + MODEL + ["--attention-backend", "aiter", "--kv-cache-dtype", "fp8_e4m3",
+                                            "--page-size", "16"], FIVE_D),
+    _case("KV5D008", False, ROCM + MODEL + ["--attention-backend", "aiter", "--kv-cache-dtype", "fp8_e4m3",
+                                            "--page-size", "32"], FIVE_D),
+    _case("KV5D008", False, ROCM + MODEL + ["--attention-backend", "aiter", "--page-size", "8"], FIVE_D),
+    _case("KV5D008", True, ROCM + MODEL + ["--attention-backend", "aiter", "--kv-cache-dtype", "fp8_e4m3",
+                                           "--page-size", "24"], FIVE_D),
+    _case("KV5D008", True, ROCM + MODEL + ["--attention-backend", "aiter", "--kv-cache-dtype", "bf16",
+                                           "--page-size", "12"], FIVE_D),
     # KV5D009: attention backends, overrides included.
     _case("KV5D009", True, ROCM + GOOD + ["--decode-attention-backend", "triton"], FIVE_D),
     _case("KV5D009", True, ROCM + MODEL + ["--attention-backend", "triton"], FIVE_D),
@@ -229,6 +239,26 @@ def test_messages_name_specifics(batch):
     assert typo["severity"] == "warning" and "SGLANG_USE_AITER" in typo["message"]
     layout = by[0]["KV5D001"]
     assert "'vectorized_5d'" in layout["message"]  # the suggestion
+
+
+def test_page_size_messages(batch):
+    """KV5D008 names X and where it comes from, and suggests the pages aiter decodes
+    (16, 64) before other multiples of X (decoded by the portable kernels)."""
+    def finding(page, dtype_args):
+        i = next(i for i, c in enumerate(CASES) if c["rule"] == "KV5D008" and c["argv"][-2:] == ["--page-size", page]
+                 and all(a in c["argv"] for a in dtype_args))
+        return {f["id"]: f for f in json.loads(batch[i]["out"])}["KV5D008"]
+
+    f8 = finding("8", ["fp8_e4m3"])
+    assert "--page-size 8 is not divisible by X=16" in f8["message"] and "fp8_e4m3" in f8["message"], f8
+    assert f8["fix"] == "use --page-size 64 or 16 (aiter decodes these pages)", f8
+    f24 = finding("24", ["fp8_e4m3"])
+    assert "--page-size 24 is not divisible by X=16" in f24["message"], f24
+    assert f24["fix"] == ("use --page-size 64 or 16 (aiter decodes these pages), or another multiple of 16, e.g. 32 "
+                          "(decoded by the portable kernels)"), f24
+    f12 = finding("12", ["bf16"])
+    assert "--page-size 12 is not divisible by X=8" in f12["message"] and "2-byte" in f12["message"], f12
+    assert f12["fix"] == "use --page-size 64 or 16 (aiter decodes these pages)", f12
 
 
 def test_no_probe_is_reported_as_such(batch):

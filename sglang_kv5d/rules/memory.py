@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+from ..attention.routing import PA_DECODE_PAGES
 from .context import Context
 from .registry import ERROR, Rule, rule as _rule
 
@@ -102,6 +103,12 @@ def _kv5d006(ctx: Context, rule: Rule):
 
     Fires when 5D is requested and `--page-size` is not a multiple of X. An unset
     `--page-size` counts as {DEFAULT_5D_PAGE_SIZE}, what SGLang picks for this layout on ROCm.
+
+    Every multiple of X is served. With aiter, decode runs on its `pa_decode_gluon`
+    at pages {", ".join(str(p) for p in PA_DECODE_PAGES)} (the pages it is written for); at any
+    other page (32, 48, 128, ...) decode runs on the overlay's portable kernels
+    (`sglang_kv5d/attention/routing.py` says why). Extend runs on aiter's batch
+    prefill at every page (it gets the pages gathered to a linear layout).
     """,
     fix='use --page-size 64 (any multiple of 16 for an fp8 KV cache, of 8 for bf16), or leave it unset.',
 )
@@ -118,10 +125,14 @@ def _kv5d008(ctx: Context, rule: Rule):
     x, why = kv_vector_x(ctx.arg("kv_cache_dtype"), ctx.arg("dtype"))
     if page > 0 and page % x == 0:
         return
-    good = max(x, (max(page, 1) + x - 1) // x * x)
+    good = max(x, (max(page, 1) + x - 1) // x * x)  # the next multiple of X
+    aiter_pages = [p for p in PA_DECODE_PAGES if p % x == 0 and p <= DEFAULT_5D_PAGE_SIZE]
+    fix = f"use --page-size {' or '.join(str(p) for p in sorted(aiter_pages, reverse=True))} (aiter decodes these pages)"
+    if good not in aiter_pages:
+        fix += f", or another multiple of {x}, e.g. {good} (decoded by the portable kernels)"
     yield rule.finding(
         f"--page-size {page} is not divisible by X={x} ({why}); the 5D pool asserts page_size % X == 0",
-        f"use --page-size {DEFAULT_5D_PAGE_SIZE} (or another multiple of {x}, e.g. {good})",
+        fix,
     )
 
 
