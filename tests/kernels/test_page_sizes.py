@@ -18,7 +18,8 @@ slots past each context poisoned too:
 * extend over a cached prefix that ends inside a page, causal and not;
 * the verify page tables for a paged allocation at the context limit (the
   torch builder and the Triton kernel) feeding the verify kernel, whose
-  float64 reference reads the tokens through ``req_to_token`` itself.
+  float64 reference reads the tokens through ``req_to_token`` itself;
+* two other pages the pool accepts: 8 (bf16, X=8) and 48 (fp8, no power of two).
 
 Token counts stay small (a few pages per sequence): the interpreter runs every
 program in numpy.
@@ -180,6 +181,25 @@ def test_extend_with_prefix(page, kvd, hq, hkv, causal):
     cfg = A.extend_config(D, hq // hkv, page, _x(kvd), kvd != BF16, known_target(arch)) if arch else None
     T5.run_extend(seqs=[(page + 3, 9), (page, page // 2 + 1), (0, 5)], H_q=hq, H_kv=hkv, D=D, page=page,
                   kv_dtype=kvd, causal=causal, seed=page + causal, config=cfg)
+
+
+# ----------------------------------------------------------------------------- other pages SGLang accepts
+
+# (page, kv dtype, arch of the tiles): bf16's X=8 allows page 8; 48 is a multiple of 16 but no power of two
+OTHER_PAGES = [(8, BF16, "gfx942"), (48, FN, "gfx950")]
+
+
+@pytest.mark.parametrize("page,kvd,arch", OTHER_PAGES, ids=[f"p{p}-{_name(k)}-{a}" for p, k, a in OTHER_PAGES])
+def test_other_pages(page, kvd, arch):
+    """Decode (split), verify and extend at pages outside 16/32/64 that the 5D pool
+    accepts, with the tiles ``arch`` picks (4/1 heads)."""
+    target, x, fp8 = known_target(arch), _x(kvd), kvd != BF16
+    T5.run_decode(B_ctx=[3, 2 * page + 1, 5 * page - 2], H_q=4, H_kv=1, D=D, page=page, kv_dtype=kvd, num_splits=3,
+                  seed=page, config=A.decode_config(D, 4, page, x, fp8, target))
+    run_verify(prefixes=[page + 1, 3 * page - 2], n=4, hq=4, hkv=1, page=page, kvd=kvd, causal=True, splits=2,
+               seed=page, config=A.decode_config(D, 16, page, x, fp8, target))
+    T5.run_extend(seqs=[(page + 3, 9), (2 * page, 5)], H_q=4, H_kv=1, D=D, page=page, kv_dtype=kvd, seed=page,
+                  config=A.extend_config(D, 4, page, x, fp8, target))
 
 
 # ----------------------------------------------------------------------------- verify page tables
