@@ -382,6 +382,22 @@ def test_profile_loading(tmp_path):
         load_profile(str(tmp_path / "missing.toml"))
 
 
+def test_page16_profile_is_the_page64_profile_at_page_16():
+    """launch/...-page16-5d.toml: the same deployment (args and [env]) as the page-64
+    profile except --page-size, and its comments say why page 16."""
+    page64 = load_profile(PROFILE)
+    path = os.path.join(ROOT, "launch", "qwen3.5-397b-a17b-fp8-tp8-page16-5d.toml")
+    page16 = load_profile(path)
+    assert page16.env == page64.env
+    i = page64.args.index("--page-size")
+    assert page64.args[i + 1] == "64" and page16.args[i + 1] == "16"
+    assert page16.args[:i + 1] == page64.args[:i + 1] and page16.args[i + 2:] == page64.args[i + 2:]
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    assert "MI355X" in text and "pa_decode_gluon" in text and "1, 16 and 1024" in text, text[:2000]
+    assert f"--kv5d-profile launch/{os.path.basename(path)}" in text
+
+
 def test_segments_follow_sglangs_nargs():
     p = argparse.ArgumentParser(allow_abbrev=True)
     p.add_argument("--tp-size", type=int)

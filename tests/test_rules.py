@@ -582,10 +582,15 @@ def test_explain_real_subprocess():
     assert p.returncode == 2 and "unknown rule" in p.stderr, p
 
 
+#: The single-node deployment profiles: SGLang's default 5D page (64) and page 16.
+PROFILES = [PROFILE, os.path.join(ROOT, "launch", "qwen3.5-397b-a17b-fp8-tp8-page16-5d.toml")]
+
+
 @pytest.mark.slow
-def test_shipped_profile_passes_on_rocm():
-    """The acceptance check: the deployment profile passes with the real patch probe."""
-    p = run_cli(["check", "--kv5d-profile", PROFILE, "--kv5d-platform", "rocm"])
+@pytest.mark.parametrize("profile", PROFILES, ids=os.path.basename)
+def test_shipped_profile_passes_on_rocm(profile):
+    """The acceptance check: the deployment profiles pass with the real patch probe."""
+    p = run_cli(["check", "--kv5d-profile", profile, "--kv5d-platform", "rocm"])
     assert p.returncode == 0, p
     assert "passed: 0 error(s), 0 warning(s)" in p.stdout, p
 
