@@ -289,8 +289,8 @@ _KVS = ("bf16", "fp8")
 _LAYOUTS = ("5d", "nhd")
 _S = "serving"
 
-#: Every FP8 write the report compiles. The serving tier leaves out Qwen3.5 TP1 where TP8 has the same
-#: head dim (their writes differ only in H, 2 against 1), to keep the gate's compile time down.
+#: Every FP8 write the report compiles. To keep the gate's compile time down, the serving tier takes
+#: Qwen3.5 TP8 and Llama-like (TP1's write differs from TP8's only in its 2 KV heads).
 WRITES = (
     # core: checkpoint (tensor) scales; 16 tokens (decode), 2048 and 32768 (prefill)
     *(WriteSpec(lay, g, T) for g in GEOMETRIES for lay in _LAYOUTS for T in (16, 2048, 32768)),
@@ -300,12 +300,14 @@ WRITES = (
       for T in (1, 16, 37, 2048, 4096, 8192, 32768)),
     # serving: per-layer caches over 2 GiB (64-bit offsets, no buffer ops on the caches)
     *(WriteSpec(lay, g, T, "float", big=True, tier=_S) for g in (QWEN[0], LLAMA) for lay in _LAYOUTS
-      for T in (16, 37, 32768)),
-    # serving: pages 16 and 32 (5D only: NHD has no page), Qwen3.5
-    *(WriteSpec("5d", g, T, "float", page=p, tier=_S) for g in QWEN for p in (16, 32) for T in (16, 2048)),
+      for T in (16, 32768)),
+    # serving: pages 16 and 32 (5D only: NHD has no page)
+    *(WriteSpec("5d", QWEN[0], T, "float", page=p, tier=_S) for p in (16, 32) for T in (16, 2048)),
 )
 
 _SPLIT, _DIRECT = (1, 32768), (256, 4096)
+#: (kv, batch and context) of the serving tier's decode cases: fp8 split and direct, bf16 direct
+_DECODE_MODES = (("fp8", _SPLIT), ("fp8", _DIRECT), ("bf16", _DIRECT))
 
 #: Every decode, verify and extend launch the report compiles. Verify at batch 128 and 32k splits the
 #: context as batch 1 does (the same kernel), so the serving tier compiles batch 128 only.
@@ -319,24 +321,24 @@ ATTENTION = (
     *(AttnSpec("verify", g, kv, b, 32768, drafts=16) for g in GEOMETRIES for kv in _KVS for b in (1, 128)),
     # core: block-parallel speculative drafts (DFLASH) attend without the causal mask
     *(AttnSpec("extend", g, "fp8", causal=False) for g in (GEOMETRIES[0], LLAMA)),
-    # serving: decode with SGLang's int64 seq_lens
-    *(AttnSpec("decode", g, kv, *bc, lens="int64", tier=_S) for g in GEOMETRIES for kv in _KVS
-      for bc in (_SPLIT, _DIRECT)),
-    # serving: caches over 2 GiB: decode (int64 lengths; fp8 split and direct, bf16 direct), verify
-    # (4, 8, 16 drafts; fp8, and bf16 at 8), extend
-    *(AttnSpec("decode", g, kv, *bc, lens="int64", big=True, tier=_S) for g in GEOMETRIES
-      for kv, bc in (("fp8", _SPLIT), ("fp8", _DIRECT), ("bf16", _DIRECT))),
-    *(AttnSpec("verify", g, kv, 128, 32768, drafts=n, big=True, tier=_S) for g in GEOMETRIES
-      for kv, n in (("fp8", 4), ("fp8", 8), ("fp8", 16), ("bf16", 8))),
-    *(AttnSpec("extend", g, kv, big=True, tier=_S) for g in GEOMETRIES for kv in _KVS),
-    # serving: verify with 4 and 8 drafts
+    # serving: decode with SGLang's int64 seq_lens, caches under and over 2 GiB
+    *(AttnSpec("decode", g, kv, *bc, lens="int64", big=big, tier=_S) for big in (False, True) for g in GEOMETRIES
+      for kv, bc in _DECODE_MODES),
+    # serving: verify with 4 and 8 drafts; over 2 GiB: fp8 at 4, 8, 16 drafts, bf16 at 8 (Llama-like)
     *(AttnSpec("verify", g, kv, 128, 32768, drafts=n, tier=_S) for n in (4, 8) for g in GEOMETRIES for kv in _KVS),
-    # serving: pages 16 and 32, Qwen3.5: decode (int64 lengths; fp8 split and direct, bf16 direct),
-    # verify (TP8: 4, 8, 16 drafts are 16, 32, 64 packed rows; TP1: 8), extend
-    *(AttnSpec("decode", g, kv, *bc, lens="int64", page=p, tier=_S) for p in (16, 32) for g in QWEN
-      for kv, bc in (("fp8", _SPLIT), ("fp8", _DIRECT), ("bf16", _DIRECT))),
-    *(AttnSpec("verify", g, kv, 128, 32768, drafts=n, page=p, tier=_S) for p in (16, 32) for kv in _KVS
+    *(AttnSpec("verify", g, "fp8", 128, 32768, drafts=n, big=True, tier=_S) for g in GEOMETRIES for n in (4, 8, 16)),
+    AttnSpec("verify", LLAMA, "bf16", 128, 32768, drafts=8, big=True, tier=_S),
+    # serving: extend over 2 GiB (fp8; bf16 at Llama-like)
+    *(AttnSpec("extend", g, "fp8", big=True, tier=_S) for g in GEOMETRIES),
+    AttnSpec("extend", LLAMA, "bf16", big=True, tier=_S),
+    # serving: pages 16 and 32, Qwen3.5: decode (int64 lengths; page 32: direct only), verify (page 16:
+    # TP8 at 4, 8, 16 drafts, i.e. 16, 32, 64 packed rows, and TP1 at 8; page 32: TP8 at 16, TP1 at 8), extend
+    *(AttnSpec("decode", g, kv, *bc, lens="int64", page=16, tier=_S) for g in QWEN for kv, bc in _DECODE_MODES),
+    *(AttnSpec("decode", g, kv, *_DIRECT, lens="int64", page=32, tier=_S) for g in QWEN for kv in _KVS),
+    *(AttnSpec("verify", g, kv, 128, 32768, drafts=n, page=16, tier=_S) for kv in _KVS
       for g, n in ((QWEN[0], 4), (QWEN[0], 8), (QWEN[0], 16), (QWEN[1], 8))),
+    *(AttnSpec("verify", g, kv, 128, 32768, drafts=n, page=32, tier=_S) for kv in _KVS
+      for g, n in ((QWEN[0], 16), (QWEN[1], 8))),
     *(AttnSpec("extend", g, kv, page=p, tier=_S) for p in (16, 32) for g in QWEN for kv in _KVS),
 )
 
