@@ -53,9 +53,10 @@ _PA_MODULE = "aiter.ops.triton.gluon.pa_decode_gluon"
 #: decode kernel compiled for page 32 spills (main e4048607, D=256, heads 4/1
 #: and, with 3.7.0, 16/2; gfx942 and gfx950, fp8 and bf16; its own wrapper on a CPU:
 #: ``python -m tests.amd.aiter_peer --page N``): with Triton 3.6.0 and 3.7.0
-#: (aiter's pin) 208-484 bytes of scratch at page 32 and none at pages 16 and
-#: 64; with 3.8.0 and 3.9.0 1540-2168 bytes at page 32 against 48-352 at pages
-#: 16 and 64 (1 wave per SIMD at every page there). A SHUFFLE 5D page outside
+#: (aiter's pin) 208-484 bytes of scratch at page 32 in 10 of 12 compiles (the
+#: other two, gfx950 fp8 on 3.7.0, spill 16-28 VGPRs into AGPRs) and none at
+#: pages 16 and 64; with 3.8.0 and 3.9.0 1540-2168 bytes at page 32 against
+#: 48-352 at pages 16 and 64 (1 wave per SIMD at every page there). A SHUFFLE 5D page outside
 #: this list (32, 48, 128, ...) therefore decodes on the portable kernels,
 #: decided before any call and remembered with this reason. Batch prefill is
 #: not limited by the page: the overlay hands it K/V gathered to the linear
