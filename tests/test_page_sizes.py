@@ -118,7 +118,7 @@ with contextlib.redirect_stdout(sys.stderr), fake_aiter_on_path(strict=True) as 
         out[page] = dict(
             ok=rep["ok"], failures=rep["failures"], error=rep.get("error"),
             served=rep["attention_paths"]["aiter"],
-            phases=sorted((p["phase"], p["pool"], p["calls"]) for p in rep["phases"]),
+            phases=sorted((p["phase"], p["pool"], p["calls"]) for p in rep["phases"] if not p.get("skipped")),
             decode_calls=len(aiter._fake.calls("pa_decode_gluon")), prefill_calls=len(prefill),
             prefill_kv=sorted({{(c.kwargs["k"].dim(), c.kwargs["v"].dim()) for c in prefill}}),
             prefill_pages_linear=all(
@@ -128,8 +128,6 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.skipif(parse_version(sglang_version()) < parse_version("0.5.23"),
-                    reason="the verify phase needs target-verify-5d (SGLang 0.5.23)")
 def test_real_backend_routes_each_page():
     """A real AiterAttnBackend over real hybrid (fp8) and SWA (bf16) pools, the
     selftest's requests (chunked prefill over a shared prefix, decode, target
@@ -137,13 +135,16 @@ def test_real_backend_routes_each_page():
     size as v0.1.10 .. v0.1.13.post1 do. Page 16: decode and extend on aiter.
     Page 32: extend on aiter (linear K/V), decode on the portable kernel with
     the reason remembered per configuration, no pa_decode_gluon call at all.
-    Every output against float64."""
+    Every output against float64 (target verify from SGLang 0.5.23, where
+    target-verify-5d applies)."""
+    verify = parse_version(sglang_version()) >= parse_version("0.5.23")
     res = run_py(_DISPATCH.format(root=ROOT), timeout=900)
     assert res.returncode == 0 and res.data, res
     for page in ("16", "32"):
         r = res.data[page]
         assert r["ok"] and not r["failures"] and not r["error"], (page, r)
-        assert {ph for ph, _, _ in r["phases"]} == {"extend", "decode", "verify", "verify-nc"}, r["phases"]
+        ran = {"extend", "decode"} | ({"verify", "verify-nc"} if verify else set())
+        assert {ph for ph, _, n in r["phases"] if n > 0} == ran, r["phases"]
         decode = sum(n for ph, _, n in r["phases"] if ph == "decode")
         extend = sum(n for ph, _, n in r["phases"] if ph == "extend")
         assert decode > 0 and r["prefill_calls"] == extend > 0
