@@ -10,6 +10,7 @@ distribution metadata), --explain, and the shipped profile.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import sys
@@ -582,8 +583,10 @@ def test_explain_real_subprocess():
     assert p.returncode == 2 and "unknown rule" in p.stderr, p
 
 
-#: The single-node deployment profiles: SGLang's default 5D page (64) and page 16.
-PROFILES = [PROFILE, os.path.join(ROOT, "launch", "qwen3.5-397b-a17b-fp8-tp8-page16-5d.toml")]
+#: Every shipped deployment profile (single node at pages 64 and 16, the PD prefill and decode roles):
+#: a profile added to launch/ is checked without editing this list.
+PROFILES = sorted(glob.glob(os.path.join(ROOT, "launch", "*.toml")))
+assert PROFILE in PROFILES and len(PROFILES) >= 4, PROFILES
 
 
 @pytest.mark.slow
