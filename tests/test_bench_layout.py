@@ -287,6 +287,22 @@ def test_rocm_decode_wiring_reaches_the_fake_aiter(fake_aiter, kv):
     assert timed[("5d", "write", "aiter_5d")]["note"] == "unavailable: aiter has no reshape_and_cache"
 
 
+def test_rocm_decode_at_a_page_aiter_is_not_written_for_is_a_named_cell(fake_aiter):
+    """Page 32: the aiter 5D decode cell says why (the routing's rule), never calls
+    pa_decode_gluon; the portable 5D decode still runs."""
+    from sglang_kv5d.bench import aiter_peers
+
+    c = build_case(Geometry(4, 1, 128, page=32), 2, 99, 1, "fp8", "cpu")
+    aiter = aiter_peers.load(rocm=True)
+    nhd = layout_calls.load_nhd_peers(rocm=True)
+    cells = layout_calls.decoders(c, torch.zeros_like(c["q"]), sm_scale=128 ** -0.5, decode_peer="unavailable: test",
+                                  aiter=aiter, nhd=nhd)
+    note = cells[("5d", "attn", "aiter_gluon")]
+    assert isinstance(note, str) and note.startswith("unavailable: pa_decode_gluon is written for pages"), note
+    assert callable(cells[("5d", "attn", "kv5d_portable")])
+    assert not fake_aiter._fake.calls("pa_decode_gluon")
+
+
 @pytest.mark.parametrize("kv", ["bf16", "fp8"])
 def test_rocm_prefill_wiring_nhd_and_5d_give_one_answer(fake_aiter, kv):
     from sglang_kv5d.bench import aiter_peers

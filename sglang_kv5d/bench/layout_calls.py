@@ -147,6 +147,7 @@ def decoders(c, out, *, sm_scale: float, decode_peer, aiter: dict, nhd: dict, pe
     import torch
 
     from sglang_kv5d.bench.attention_peer import peer_call
+    from sglang_kv5d.attention.routing import decode_page_unsupported
     from sglang_kv5d.kernels.attention_5d import decode_attention_5d
 
     q, bs, page, H_q, H_kv, D = c["q"], c["bs"], c["page"], c["H_q"], c["H_kv"], c["D"]
@@ -158,6 +159,8 @@ def decoders(c, out, *, sm_scale: float, decode_peer, aiter: dict, nhd: dict, pe
     fns, note = _peer(aiter, "pa_decode_gluon")
     if fns is None:
         res[("5d", "attn", "aiter_gluon")] = note
+    elif decode_page_unsupported(page):  # the routing's own rule: serving never hands aiter this page
+        res[("5d", "attn", "aiter_gluon")] = f"unavailable: {decode_page_unsupported(page)}"
     else:
         from sglang_kv5d.bench import aiter_peers
 
