@@ -1221,39 +1221,48 @@ _AMD_ELEMENTS_PER_LANE = 16
 
 def _launch_config_amd(T: int, H: int, DK: int, DV: int, layout_5d: bool, native_fp8: bool,
                        target: KernelTarget) -> dict:
-    """AMD (gfx942, gfx950): the tiles chosen from the compile figures, not
-    from timing (speed on AMD hardware is unmeasured).
+    """AMD (gfx942, gfx950): tiles chosen from the compile figures, not from
+    timing. Speed on AMD hardware is unmeasured.
 
-    Rules, each with what chose it (``lab/write_config_sweep.py``: gfx942 and
-    gfx950, Triton 3.5.1-3.9.0, buffer ops on and off, caches under and over
-    2 GiB, pages 16/32/64, tensor and float scales, the serving shapes of
-    Qwen3.5 TP8 / TP1 and a Llama-like layer, T = 1 .. 32768):
+    Figures: ``lab/write_config_sweep.py``, each arch in its own process,
+    Triton 3.5.1, 3.6.0, 3.7.0, 3.8.0 and 3.9.0, buffer ops on and off,
+    caches under and over 2 GiB (LARGE), pages 16/32/64, tensor and float
+    scales, Qwen3.5 TP8 (1 KV head, D=256), TP1 (2, 256) and a Llama-like
+    layer (8, 128), T = 1, 16, 37, 2048, 32768 (4096 and 8192 compile to the
+    32768 kernel). With these rules every one of those kernels compiles, has
+    no spills and no scratch, uses the hardware conversion
+    (``v_cvt_pk_fp8_f32``), takes at most 60 VGPRs and 56 SGPRs and 4 KiB of
+    LDS, and runs 8 waves per SIMD.
 
-    * 5D V bytes one by one at every size, never the group path. The
-      register group path (``v_words``) runs out of SGPRs on AMD: 106 SGPRs
-      and 6-26 spilled at T = 32768 (Triton 3.8.0 gfx942: 87 VGPRs, 18
-      spills, 4 waves for Qwen3.5 TP8), and it issues 1.5-3x the
-      instructions per element of the bytes path even where it does not
-      spill (4 waves, Triton 3.8.0); the shared-memory group path spills too
-      for two heads per program. The bytes path takes 35-54 VGPRs, 30-46
-      SGPRs, no spills, 8 waves per SIMD, 4-8 KiB of LDS.
+    * 5D V bytes one by one at every size, never the group path. The H200's
+      group path (past 4096 tokens at D=128, from 8 MiB of V at D=256) took
+      106 SGPRs and spilled 6-26 of them on Triton 3.7-3.9 (3.8.0 gfx942,
+      Qwen3.5 TP8, T=32768: 87 VGPRs, 18 spills, 4 waves; gfx950 with buffer
+      ops: 126-145 VGPRs, 3-4 waves); on 3.5/3.6 it did not spill but held
+      64-142 VGPRs (3-6 waves). With 4 waves per program it spilled 14 SGPRs
+      for two heads and issued 3.4 wave instructions per element where the
+      bytes path issues 0.74 (3.8.0 gfx942).
     * Windows as on NVIDIA (4 tokens up to T = 128, 16 beyond; 5D rows of
-      256 dims over two programs; NHD heads up to 512 elements per program)
-      but NHD windows past 128 tokens hold at most 4096 elements (16 tokens
-      of 256 dims, 8 tokens of 512): the H200's 32 x 512 tile needs 146
-      VGPRs with buffer ops (3 waves); 8 x 512 needs 44 (8 waves).
-    * ``num_warps`` so that each of the 64 lanes quantises 16 elements
-      (at most 4 waves, at least 1): 16 per lane take 43-54 VGPRs (8 waves)
-      and the fewest wave instructions per element measured (0.73 for a 5D
-      window against 0.90 with 8 per lane and 2.1 for the H200's 4-wave
-      decode windows, 2 per lane); 32 per lane take 78 VGPRs (6 waves).
-      Decode windows (4 tokens) thus run as one wave. 5D windows that hold
-      both V store paths (129-2048 tokens: windows inside runs stored as
-      loaded, the others with the decode lane order) take 8 per lane: with
-      16, gfx950 needs 73-74 VGPRs with buffer ops (6 waves), with 8 it
-      needs 52 (8 waves).
-    * The decode lane order (``byte_tokens`` 4 up to 2048 tokens) and the
-      launch order as on NVIDIA: they change addresses, not registers.
+      256 dims over two programs; NHD heads up to 512 elements per program),
+      except that NHD windows past 128 tokens hold at most 4096 elements
+      (16 tokens of 256 dims, 8 of 512): the H200's 32 x 512 tile took
+      141-147 VGPRs on gfx942 and 198-202 on gfx950 with buffer ops (Triton
+      3.6-3.9; 3 and 2 waves); 8 x 512 takes 44 (3.8.0 gfx942).
+    * ``num_warps`` such that each 64-lane wave quantises 16 elements per
+      lane (1 to 4 waves per program): 16 per lane was the fewest wave
+      instructions per element at 8 waves per SIMD (a 5D window of 16 x 128:
+      0.73 against 0.90 with 8 per lane; the H200's 4-wave decode windows
+      of 4 x 128, 2 per lane: 2.1, against 0.87 as one wave); 32 per lane
+      took 78 VGPRs with buffer ops (6 waves). 5D windows that hold both V
+      store paths (129-2048 tokens: windows inside runs stored as loaded,
+      the others in the decode lane order) take 8 per lane: with 16, gfx950
+      needed 73-74 VGPRs with buffer ops (6 waves), with 8 it needs 52.
+    * ``byte_tokens`` and the launch order as on NVIDIA: they change which
+      addresses a store covers, not the registers.
+
+    The same rules serve the integer encoder (the format the arch does not
+    convert: e4m3fn on gfx942, e4m3fnuz on gfx950): 8 waves, no spills
+    (Triton 3.8.0 gfx942 with buffer ops, T = 1, 2048, 32768).
     """
     D = max(DK, DV)
     cfg = _launch_config_nvidia(T, H, DK, DV, layout_5d, native_fp8)
