@@ -130,10 +130,8 @@ def _override(name, target, layout, H, D, T):
         # path for 64-lane waves as it did for the AMD target with these tiles
         return {k: v for k, v in cfg.items() if k != "num_warps"}, cfg
     cfg = dict(fw.launch_config(T, H, D, D, layout == "5d", target.converts(_fp8(target)), target))
-    if spec.get("groups") and "d_split" not in spec:
-        spec = dict(spec, d_split=fw._row_chunks(D, D))
-    if spec.get("groups") is False and "d_split" not in spec and layout == "5d":
-        spec = dict(spec, d_split=fw._row_chunks(D, D))
+    if "groups" in spec and "d_split" not in spec and layout == "5d":
+        spec = dict(spec, d_split=max(1, D // 128))  # 5D rows in chunks of about 128 dims, as the kernel's default
     cfg.update(spec)
     return cfg, cfg
 
