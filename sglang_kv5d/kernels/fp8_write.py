@@ -1239,7 +1239,7 @@ def _launch_config_amd(T: int, H: int, DK: int, DV: int, layout_5d: bool, native
       106 SGPRs and spilled 6-26 of them on Triton 3.7-3.9 (3.8.0 gfx942,
       Qwen3.5 TP8, T=32768: 87 VGPRs, 18 spills, 4 waves; gfx950 with buffer
       ops: 126-145 VGPRs, 3-4 waves); on 3.5/3.6 it did not spill but held
-      64-142 VGPRs (3-6 waves). With 4 waves per program it spilled 14 SGPRs
+      up to 142 VGPRs (3-8 waves, 4 on gfx942). With 4 waves per program it spilled 14 SGPRs
       for two heads, and with one head issued 2.8-3.4 wave instructions per
       element where the bytes path issues 0.73 (3.8.0 gfx942, T=32768).
     * Windows as on NVIDIA (4 tokens up to T = 128, 16 beyond; 5D rows of
