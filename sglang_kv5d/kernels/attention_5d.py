@@ -526,21 +526,26 @@ def _decode_5d_kernel(
                 k_head, v_head, bt_row, stride_btn, n0, ctx, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
                 D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE, MASK_TILE,
             )
-            seen = (tok[None, :] < ctx_r[:, None]) & (tok[None, :] >= lo_r[:, None]) & tok_ok[None, :]
-            m_n, l_n, acc_n = _softmax_step_rows(
-                q, k, v, m_i, l_i, acc, seen, (tok < ctx) & tok_ok, qk_scale, logit_cap, HAS_CAP
+            # these tiles mask per key anyway: a bad block id (tile_ok False)
+            # joins the key masks (scores -inf, V rows zeroed, NaN included),
+            # which leaves the state exactly as it was without a second copy
+            # of the accumulator for a select
+            ok = (tok < ctx) & tok_ok & tile_ok
+            seen = (tok[None, :] < ctx_r[:, None]) & (tok[None, :] >= lo_r[:, None]) & ok[None, :]
+            m_i, l_i, acc = _softmax_step_rows(
+                q, k, v, m_i, l_i, acc, seen, ok, qk_scale, logit_cap, HAS_CAP
             )
-            m_i, l_i, acc = _keep_if(tile_ok, m_n, l_n, acc_n, m_i, l_i, acc)
     elif tail < end:
         tok = tail + offs_n
         k, v, tok_ok, tile_ok = _load_kv_tile(
             k_head, v_head, bt_row, stride_btn, tail, ctx, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
             D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE, MASK_TILE,
         )
-        m_n, l_n, acc_n = _softmax_step(
-            q, k, v, m_i, l_i, acc, (tok < ctx) & (tok >= lo) & tok_ok, qk_scale, logit_cap, 0.0, HAS_CAP, True, True
+        # the peeled tile masks scores and V per key: a bad block id joins that mask
+        m_i, l_i, acc = _softmax_step(
+            q, k, v, m_i, l_i, acc, (tok < ctx) & (tok >= lo) & tok_ok & tile_ok, qk_scale, logit_cap, 0.0,
+            HAS_CAP, True, True
         )
-        m_i, l_i, acc = _keep_if(tile_ok, m_n, l_n, acc_n, m_i, l_i, acc)
 
     if DIRECT:
         if HAS_SINK:
@@ -1003,13 +1008,15 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def decode_config(D: int, G: int, page: int, X: int, fp8: bool, target: KernelTarget):
+def decode_config(D: int, G: int, page: int, X: int, fp8: bool, target: KernelTarget, *, packed: bool = False):
     """(BLOCK_N, BLOCK_H, num_warps, num_stages, LOAD3D[, maxnreg]) of the decode
     kernel on ``target``: the H200's tiles on NVIDIA and under the
-    interpreter (``_decode_config``), ``_decode_config_amd`` on AMD."""
+    interpreter (``_decode_config``), ``_decode_config_amd`` on AMD. ``G``
+    is the query rows per KV head of a sequence (drafts x heads when
+    ``packed``: speculative verify, ``queries_per_seq > 1``)."""
     if target.is_amd:
         return _decode_config_amd(D, G, page, X, fp8, target)
-    return _decode_config(D, G, page, X, fp8)
+    return _decode_config(D, G, page, X, fp8, packed=packed)
 
 
 def extend_config(D: int, G: int, page: int, X: int, fp8: bool, target: KernelTarget):
@@ -1068,7 +1075,7 @@ def _extend_config_amd(D: int, G: int, page: int, X: int, fp8: bool, target: Ker
     return 32, 32, 8
 
 
-def _decode_config(D: int, G: int, page: int, X: int, fp8: bool):
+def _decode_config(D: int, G: int, page: int, X: int, fp8: bool, *, packed: bool = False):
     """(BLOCK_N, BLOCK_H, num_warps, num_stages, LOAD3D[, maxnreg]) for the decode kernel.
 
     ``maxnreg`` (NVIDIA only, ignored elsewhere; none of the defaults set it)
@@ -1093,6 +1100,17 @@ def _decode_config(D: int, G: int, page: int, X: int, fp8: bool):
     if page % block_n:
         block_n = 16 if page % 16 == 0 and page < block_n else block_n
     num_warps = 8 if block_h >= 64 and BD >= 256 else 4
+    if packed and BD >= 256 and _pow2(G) >= 128:
+        # 128 or more packed verify rows at D=256 (16 drafts x 8 heads): one
+        # 128-row tile, each of the 8 warps' two warpgroups on its own 64 rows
+        # (two 64-row tiles read every K/V tile twice and split the columns of
+        # each product between the warpgroups), 32-token tiles, 2 stages.
+        # H200, 16/2 (docs/benchmarks.md): 0.67-0.92x the time of two 64-row
+        # tiles for bf16, 0.70-0.91x for fp8. sm_90 (Triton 3.6): bf16 no
+        # stack; fp8 48-64 B (16-token tiles had none but took 1.07-1.19x the
+        # two 64-row tiles' time, which had 288-360 B)
+        block_h, num_warps, num_stages = 128, 8, 2
+        block_n = min(block_n, 32)
     return block_n, block_h, num_warps, num_stages, True
 
 
@@ -1122,7 +1140,19 @@ def default_num_splits(
     sms = sms or _sm_count(device)
     floor = max(max_tokens // 64, min(-(-sms // work), max_tokens // 32))
     if resident:
-        target = max(1, int(resident) * sms // work)
+        slots = int(resident) * sms
+        target = max(1, slots // work)
+        if 2 * work > slots >= work and 10 * work < 9 * slots:
+            # one split per tile fits one wave but fills under 90% of its slots
+            # and two overflow it: the fewest splits (up to 4) whose waves are
+            # at least 90% full. H200, fp8 32/8 D=128 bs 32 (256 CTAs, 396
+            # slots): 3 splits 162.8 us against 199.8 at 1 (ctx 8k), 611.7
+            # against 777.1 (ctx 32k); 2 splits 218.1 (a 29% full second wave)
+            for s in range(2, 5):
+                waves = -(-work * s // slots)
+                if 10 * work * s >= 9 * waves * slots:
+                    target = s
+                    break
     else:
         target = -(-2 * sms // work)
     return max(1, min(target, floor, 256))
@@ -1186,7 +1216,7 @@ def resident_ctas_of(compiled, device: torch.device) -> int:
     )
 
 
-def _mask_tile(target: KernelTarget, block_d: int, fp8: bool) -> bool:
+def _mask_tile(target: KernelTarget, block_d: int, fp8: bool, rows: int = 16) -> bool:
     """How the decode kernel drops a page-aligned tile of a bad block id:
     masked loads and -inf scores (True) or a select on the softmax state
     (False). From compiles against the kernel without bounds checks: on
@@ -1196,8 +1226,12 @@ def _mask_tile(target: KernelTarget, block_d: int, fp8: bool) -> bool:
     168/167 on 3.8, bf16 D = 256 with 0-40 B of stack on 3.6, as without them; the
     select cost D = 128 a resident CTA and bf16 D = 256 up to 80 B of
     stack). On gfx950 masking spilled 3-5 SGPRs in the fp8 D = 128 split
-    decode: AMD takes the select everywhere (tests/test_amd_gate.py)."""
-    return not target.is_amd and (block_d <= 128 or not fp8)
+    decode: AMD takes the select everywhere (tests/test_amd_gate.py).
+    Tiles of 128 packed verify rows (``rows``) mask on NVIDIA, fp8 included:
+    the select keeps a second [128, 256] fp32 accumulator live, 128 more
+    registers per thread (sm_90, Triton 3.6, fp8 32-token tiles: 656-704 B
+    of stack with the select, 48-64 B masked)."""
+    return not target.is_amd and (block_d <= 128 or not fp8 or rows >= 128)
 
 
 def _use_pdl(target: KernelTarget) -> bool:
@@ -1273,7 +1307,7 @@ def decode_attention_5d(
         check_metadata_values(block_tables, context_lens, num_blocks=nb, page=page, batch=B, rows_per_table_row=qps)
 
     if _config is None:
-        _config = decode_config(D, G * qps, page, X, fp8_mode > 0, target)
+        _config = decode_config(D, G * qps, page, X, fp8_mode > 0, target, packed=qps > 1)
     block_n, block_h, num_warps, num_stages, load3d, *rest = _config
     launch_opts = {"maxnreg": int(rest[0])} if rest and rest[0] and target.is_nvidia else {}
     head_tiles = -(-(G * qps) // block_h)
@@ -1314,7 +1348,7 @@ def decode_attention_5d(
             FP8_MODE=fp8_mode, FP8_MUL=fp8_mul, K_SCALE_PTR=kis, V_SCALE_PTR=vis,
             HAS_WINDOW=has_window, HAS_CAP=has_cap, HAS_SINK=has_sink, DIRECT=direct,
             COMPUTE=cdt, NUM_STAGES=num_stages, LOAD3D=bool(load3d), USE_PDL=pdl,
-            MASK_TILE=_mask_tile(target, BLOCK_D, fp8_mode > 0), PACK=qps,
+            MASK_TILE=_mask_tile(target, BLOCK_D, fp8_mode > 0, block_h), PACK=qps,
             num_warps=num_warps, **launch_opts,
         )
 

@@ -530,6 +530,92 @@ def test_decode_tile_configs(config, kvd):
         check(out, ref, kvd, f"config {config} splits {splits}")
 
 
+def _bad_tail_expected(q, k5, v5, rows, lens, page, kvd, group_rows):
+    """float64 output ``(len(lens), H_q, D)``: row ``i`` reads table row
+    ``i // group_rows`` up to ``lens[i]``, keys of block ids outside the cache
+    left out."""
+    nb = k5.shape[0]
+    outs = []
+    for i, n in enumerate(lens):
+        row = rows[i // group_rows]
+        k, v = gather_kv_5d(k5, v5, torch.tensor([b if 0 <= b < nb else 1 for b in row], dtype=torch.int32), n,
+                            fp8_dtype=FN if kvd == FN else None)
+        valid = torch.tensor([0 <= row[t // page] < nb for t in range(n)])
+        s = torch.einsum("hd,nd->hn", q[i].double(), k[:, 0].double()) * q.shape[-1] ** -0.5
+        s = s.masked_fill(~valid[None], float("-inf"))
+        outs.append(torch.softmax(s, -1) @ v[:, 0].double())
+    return torch.stack(outs)
+
+
+@pytest.mark.parametrize("kvd,D", [(torch.bfloat16, 64), (FN, 256), (torch.bfloat16, 256)],
+                         ids=["bf16-d64", "fp8-d256", "bf16-d256"])
+@pytest.mark.parametrize("drafts,H_q", [(1, 2), (4, 2), (16, 8)], ids=["decode", "verify4", "verify16x8"])
+def test_bad_block_in_the_masked_tail_tile_leaves_no_trace(kvd, D, drafts, H_q):
+    """A block id outside the cache in the tiles that are masked per key (the
+    decode's peeled last tile; the packed verify rows' last tiles) drops its
+    keys, though the block read in its place (block 0) holds NaN: the bad id
+    joins the key masks there (scores -inf, V rows zeroed) instead of a select
+    on the softmax state. Bad ids in the unmasked tiles before them too; 128
+    packed rows at D=256 (one 128-row tile) included."""
+    gen = torch.Generator().manual_seed(29)
+    page, nb = (64 if drafts == 16 else 16), 7
+    k5, v5 = make_cache(nb, page, 1, D, kvd, gen=gen)
+    if kvd == FN:
+        k5.view(torch.uint8)[0] = 0x7F
+        v5.view(torch.uint8)[0] = 0x7F
+    else:
+        k5[0] = float("nan")
+        v5[0] = float("nan")
+    # seq 0: the last, partial page is a bad id; seq 1: the first page is
+    rows = [[2, 3, nb + 4], [-3, 5, 6]]
+    prefix = [3 * page - drafts - 3, 3 * page - drafts - 1]  # the last draft inside the third page
+    lens = [p + t + 1 for p in prefix for t in range(drafts)]
+    q = torch.randn(len(lens), H_q, D, generator=gen).bfloat16()
+    bt = torch.tensor(rows, dtype=torch.int32)
+    ctx = torch.tensor(lens, dtype=torch.int32)
+    sc = 1.0 if kvd == FN else None
+    for splits in (1, 2):
+        out = torch.full_like(q, float("nan"))
+        A.decode_attention_5d(q, k5, v5, bt, ctx, sm_scale=D ** -0.5, k_scale=sc, v_scale=sc, num_splits=splits,
+                              queries_per_seq=drafts, out=out)
+        assert torch.isfinite(out.float()).all(), f"NaN from the block read in place of a bad id (splits {splits})"
+        torch.testing.assert_close(out.double(), _bad_tail_expected(q, k5, v5, rows, lens, page, kvd, drafts),
+                                   atol=3e-2, rtol=3e-2)
+
+
+def test_packed_verify_config_at_d256_takes_128_row_tiles():
+    """128 or more packed verify rows at D=256 (NVIDIA): one 128-row tile, 8
+    warps, 2 stages, 32-token tiles, masked tiles (not the select) for fp8
+    too; fewer rows and decode keep their tiles."""
+    from sglang_kv5d.kernels.target import known_target
+
+    assert A._decode_config(256, 128, 64, 8, False, packed=True) == (32, 128, 8, 2, True)
+    assert A._decode_config(256, 128, 64, 16, True, packed=True) == (32, 128, 8, 2, True)
+    assert A._decode_config(256, 256, 64, 16, True, packed=True) == (32, 128, 8, 2, True)
+    assert A._decode_config(256, 128, 16, 8, False, packed=True)[0] == 16
+    for X, fp8 in ((8, False), (16, True)):
+        assert A._decode_config(256, 64, 64, X, fp8, packed=True) == A._decode_config(256, 64, 64, X, fp8)
+        assert A._decode_config(256, 4, 64, X, fp8, packed=True) == (64, 16, 4, 3, True)
+        assert A._decode_config(128, 128, 64, X, fp8, packed=True) == A._decode_config(128, 128, 64, X, fp8)
+    sm90, gfx = known_target("sm_90"), known_target("gfx942")
+    assert A._mask_tile(sm90, 256, True, 128) and not A._mask_tile(sm90, 256, True, 64)
+    assert not A._mask_tile(gfx, 256, True, 128)
+
+
+def test_splits_fill_waves_when_one_split_leaves_a_wave_part_empty():
+    """With the resident CTAs known: one split per tile that fits one wave but
+    fills under 90% of it, two overflowing it, takes the fewest splits (up to
+    4) whose waves are at least 90% full (H200: fp8 32/8 D=128 bs 32, 256 CTAs
+    of 3 resident per SM: 3 splits)."""
+    dev = torch.device("cpu")
+    assert A.default_num_splits(32, 8, 1, 8192, dev, resident=3, sms=132) == 3  # 768 CTAs in 2 x 396
+    assert A.default_num_splits(32, 8, 1, 8192, dev, resident=2, sms=132) == 1  # 256 in 264: 97% full
+    assert A.default_num_splits(40, 8, 1, 8192, dev, resident=3, sms=132) == 1  # 320 in 396: 81%, no s <= 4 fills
+    assert A.default_num_splits(25, 8, 1, 8192, dev, resident=3, sms=132) == 1  # 200 CTAs: no s <= 4 fills 90%
+    assert A.default_num_splits(24, 11, 1, 8192, dev, resident=3, sms=132) == 3  # 264 CTAs: 792 in 2 waves
+    assert A.default_num_splits(32, 8, 1, 128, dev, resident=3, sms=132) == 2  # the token floor caps it
+
+
 # ----------------------------------------------------------------------------- AMD tiles
 
 AMD_ATTENTION_CASES = [
