@@ -6,8 +6,10 @@ its packed speculative verify, one process, CUDA-graph replay medians
     python lab/h200_gaps.py --out gaps.jsonl [--parts verify,decode,bounds] [--budget-s 330]
 
 Kernel variants timed side by side in every row:
-  head       the module as committed before this change, copied to
-             .device/head/attention_5d_head.py (carried; its commit in COMMIT)
+  head       an earlier commit's module, for comparison: here, before the call,
+             mkdir -p .device/head && git rev-parse --short C > .device/head/COMMIT &&
+             git show C:sglang_kv5d/kernels/attention_5d.py > .device/head/attention_5d_head.py
+             and carry .device (absent: head is left out)
   cur        the working tree's module (sglang_kv5d.kernels.attention_5d)
   nobounds   cur with the block-id check compiled out (a copy whose _block_ok
              accepts every id: what the bounds check costs; measurement only)
