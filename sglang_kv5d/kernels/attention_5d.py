@@ -1122,7 +1122,9 @@ def default_num_splits(
 
     With ``resident`` (CTAs of the compiled kernel that fit on one SM at once,
     see ``resident_ctas_per_sm``): the most splits whose CTAs still fit in one
-    wave, ``resident * SMs // work``. Without it (ROCm, the interpreter, or
+    wave, ``resident * SMs // work``; where that is one split filling under 90%
+    of the wave and two would overflow it, the fewest splits (up to 4) whose
+    waves are at least 90% full. Without it (ROCm, the interpreter, or
     when the compiled kernel cannot be inspected): about two waves of one CTA
     per SM, ``ceil(2 * SMs / work)``. Either way at most 256, and splits of at
     least 64 tokens (``max_tokens`` is the block-table capacity), or of at
