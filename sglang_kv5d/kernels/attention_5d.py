@@ -526,26 +526,34 @@ def _decode_5d_kernel(
                 k_head, v_head, bt_row, stride_btn, n0, ctx, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
                 D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE, MASK_TILE,
             )
-            # these tiles mask per key anyway: a bad block id (tile_ok False)
-            # joins the key masks (scores -inf, V rows zeroed, NaN included),
-            # which leaves the state exactly as it was without a second copy
-            # of the accumulator for a select
-            ok = (tok < ctx) & tok_ok & tile_ok
-            seen = (tok[None, :] < ctx_r[:, None]) & (tok[None, :] >= lo_r[:, None]) & ok[None, :]
-            m_i, l_i, acc = _softmax_step_rows(
-                q, k, v, m_i, l_i, acc, seen, ok, qk_scale, logit_cap, HAS_CAP
-            )
+            if BLOCK_H >= 128:
+                # these tiles mask per key anyway: a bad block id (tile_ok
+                # False) joins the key masks (scores -inf, V rows zeroed, NaN
+                # included), which leaves the state exactly as it was. A
+                # select on the state would keep a second [128, D] accumulator
+                # live (sm_90, D=256: 672-680 B of stack); smaller tiles keep
+                # the select (on sm_90 the masks moved their stack both ways)
+                ok = (tok < ctx) & tok_ok & tile_ok
+                seen = (tok[None, :] < ctx_r[:, None]) & (tok[None, :] >= lo_r[:, None]) & ok[None, :]
+                m_i, l_i, acc = _softmax_step_rows(
+                    q, k, v, m_i, l_i, acc, seen, ok, qk_scale, logit_cap, HAS_CAP
+                )
+            else:
+                seen = (tok[None, :] < ctx_r[:, None]) & (tok[None, :] >= lo_r[:, None]) & tok_ok[None, :]
+                m_n, l_n, acc_n = _softmax_step_rows(
+                    q, k, v, m_i, l_i, acc, seen, (tok < ctx) & tok_ok, qk_scale, logit_cap, HAS_CAP
+                )
+                m_i, l_i, acc = _keep_if(tile_ok, m_n, l_n, acc_n, m_i, l_i, acc)
     elif tail < end:
         tok = tail + offs_n
         k, v, tok_ok, tile_ok = _load_kv_tile(
             k_head, v_head, bt_row, stride_btn, tail, ctx, n_blocks, stride_kb, stride_kc, stride_vb, stride_vc,
             D, BLOCK_D, BLOCK_N, PAGE, X, PAGE_ALIGNED, LOAD3D, FP8_MODE, COMPUTE, MASK_TILE,
         )
-        # the peeled tile masks scores and V per key: a bad block id joins that mask
-        m_i, l_i, acc = _softmax_step(
-            q, k, v, m_i, l_i, acc, (tok < ctx) & (tok >= lo) & tok_ok & tile_ok, qk_scale, logit_cap, 0.0,
-            HAS_CAP, True, True
+        m_n, l_n, acc_n = _softmax_step(
+            q, k, v, m_i, l_i, acc, (tok < ctx) & (tok >= lo) & tok_ok, qk_scale, logit_cap, 0.0, HAS_CAP, True, True
         )
+        m_i, l_i, acc = _keep_if(tile_ok, m_n, l_n, acc_n, m_i, l_i, acc)
 
     if DIRECT:
         if HAS_SINK:
