@@ -1113,10 +1113,10 @@ def _decode_config(D: int, G: int, page: int, X: int, fp8: bool, *, packed: bool
         # 128-row tile, each of the 8 warps' two warpgroups on its own 64 rows
         # (two 64-row tiles read every K/V tile twice and split the columns of
         # each product between the warpgroups), 32-token tiles, 2 stages.
-        # H200, 16/2 (docs/benchmarks.md): 0.67-0.92x the time of two 64-row
-        # tiles for bf16, 0.70-0.91x for fp8. sm_90 (Triton 3.6): bf16 no
-        # stack; fp8 48-64 B (16-token tiles had none but took 1.07-1.19x the
-        # two 64-row tiles' time, which had 288-360 B)
+        # H200, 16/2 (docs/benchmarks.md): 0.67-0.91x the time of two 64-row
+        # tiles for bf16, 0.70-0.90x for fp8. sm_90 (Triton 3.6): bf16 no
+        # stack; fp8 48-104 B (16-token tiles had none but took 1.07-1.19x the
+        # two 64-row tiles' time, which had 288-320 B)
         block_h, num_warps, num_stages = 128, 8, 2
         block_n = min(block_n, 32)
     return block_n, block_h, num_warps, num_stages, True
