@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     if force in ("0", "1"):  # compile with the bad-block handling of the other kind (static comparison only)
         from sglang_kv5d.kernels import attention_5d
 
-        attention_5d._mask_tile = lambda t, bd, fp8: force == "1"
+        attention_5d._mask_tile = lambda t, bd, fp8, rows=16: force == "1"
     jobs = []
     if args.case:
         cfgs = json.loads(args.configs) if args.configs else [None]
