@@ -65,6 +65,9 @@ CASES = [
     (4, 1, 256, torch.bfloat16, -1),
     (4, 1, 256, FN, -1),
     (32, 8, 128, FN, 1023),
+    # 16 drafts x 8 query heads per KV head = 128 packed rows: the one 128-row tile at D=256
+    (16, 2, 256, torch.bfloat16, -1),
+    (16, 2, 256, FN, 1023),
 ]
 
 
