@@ -1242,10 +1242,11 @@ def _launch_config_amd(T: int, H: int, DK: int, DV: int, layout_5d: bool, native
       up to 142 VGPRs (3-8 waves, 4 on gfx942). With 4 waves per program it spilled 14 SGPRs
       for two heads, and with one head issued 2.8-3.4 wave instructions per
       element where the bytes path issues 0.73 (3.8.0 gfx942, T=32768).
-    * Windows as on NVIDIA (4 tokens up to T = 128, 16 beyond; 5D rows of
-      256 dims over two programs; NHD heads up to 512 elements per program),
-      except that NHD windows past 128 tokens hold at most 4096 elements
-      (16 tokens of 256 dims, 8 of 512): the H200's 32 x 512 tile took
+    * 5D windows as on NVIDIA's bytes path (4 tokens up to T = 128, 16
+      beyond; rows of 256 dims over two programs); NHD heads up to 512
+      elements per program as on NVIDIA, and NHD windows past 128 tokens of
+      4096 elements at every T (16 tokens of 256 dims, 8 of 512; NVIDIA
+      takes 4 tokens up to 2048 and 16-32 beyond): the H200's 32 x 512 tile took
       141-147 VGPRs on gfx942 and 198-202 on gfx950 with buffer ops (Triton
       3.6-3.9; 3 and 2 waves); 8 x 512 takes 44 (3.8.0 gfx942).
     * ``num_warps`` such that each 64-lane wave quantises 16 elements per
