@@ -593,6 +593,9 @@ assert PROFILE in PROFILES and len(PROFILES) >= 4, PROFILES
 @pytest.mark.parametrize("profile", PROFILES, ids=os.path.basename)
 def test_shipped_profile_passes_on_rocm(profile):
     """The acceptance check: the deployment profiles pass with the real patch probe."""
+    if "-pd-" in os.path.basename(profile) and not SPEC_READY:
+        pytest.skip("the PD profiles are for SGLang 0.5.23: they pass its decode-side options "
+                    "(--disaggregation-decode-retraction-backup) and rely on its layout handshake")
     p = run_cli(["check", "--kv5d-profile", profile, "--kv5d-platform", "rocm"])
     assert p.returncode == 0, p
     assert "passed: 0 error(s), 0 warning(s)" in p.stdout, p
