@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
-from ..attention.routing import PA_DECODE_PAGES
+from ..aiter_pages import PA_DECODE_PAGES
 from .context import Context
 from .registry import ERROR, Rule, rule as _rule
 
