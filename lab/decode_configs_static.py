@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import triton
 
-    from sglang_kv5d.kernels.target import known_target
+    from sglang_kv5d.platform import known_target
 
     target = known_target(args.arch)
     import os

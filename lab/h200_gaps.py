@@ -88,7 +88,7 @@ def _out(fh, row):
 
 
 def _load_copy(name, src):
-    src = src.replace("from .target import", "from sglang_kv5d.kernels.target import")
+    src = src.replace("from ..platform import", "from sglang_kv5d.platform import")
     src = src.replace("from .. import config", "from sglang_kv5d import config")
     path = f"/tmp/kv5d_variants/{name}.py"
     os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -118,7 +118,7 @@ def _compile(target, layout, H, D, T, page, scale, large, override, buffer_ops):
 
 def _override(name, target, layout, H, D, T):
     from sglang_kv5d.kernels import fp8_write as fw
-    from sglang_kv5d.kernels.target import known_target
+    from sglang_kv5d.platform import known_target
 
     spec = CANDIDATES[name]
     if spec is None:
@@ -156,7 +156,7 @@ def main(argv=None):
 
     import triton
 
-    from sglang_kv5d.kernels.target import known_target
+    from sglang_kv5d.platform import known_target
 
     target = known_target(a.arch)
     modes = {"default": (None,), "on": (True,), "off": (False,), "both": (True, False)}[a.buffer_ops]

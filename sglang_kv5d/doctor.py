@@ -462,7 +462,7 @@ def check_pd_handshake(environ=None, platform_info=None, geometry=None) -> Check
         except (TypeError, ValueError) as exc:
             return Check(PD_CHECK, WARN, f"the geometry given cannot be described: {exc}")
     layout = "vectorized_5d" if config.wants_5d(environ) else "nhd"
-    fp8 = getattr(platform_info, "fp8", None) or "float8_e4m3fn"
+    fp8 = getattr(platform_info, "fp8", None) or _platform.FP8_E4M3FN
     x = "x16 for fp8, x8 for bf16" if layout == "vectorized_5d" else "x0"
     return Check(PD_CHECK, OK, (
         f"computed from the KV pool at startup: {_pd.TAG}|full={layout}:<X>:<torch KV dtype>:p<page>:d<head_dim>:"

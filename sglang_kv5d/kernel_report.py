@@ -407,7 +407,7 @@ def default_buffer_ops() -> Optional[bool]:
 
 def _target_named(arch: str):
     """``known_target(arch)``, or the GPU of this process for ``"device"``."""
-    from .kernels.target import known_target, target_of
+    from .platform import known_target, target_of
 
     if arch == "device":
         import torch

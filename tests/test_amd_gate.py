@@ -262,7 +262,7 @@ def gate():
 
 def _waves(row):
     from sglang_kv5d.kernels.aot import waves_per_simd
-    from sglang_kv5d.kernels.target import known_target
+    from sglang_kv5d.platform import known_target
 
     return waves_per_simd(known_target(row["arch"]), vgpr=row["vgpr"] or 0, agpr=row["agpr"] or 0,
                           lds=row["lds"], num_warps=row["num_warps"], compiler_occupancy=row["occupancy"])["waves"]

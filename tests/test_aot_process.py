@@ -32,7 +32,7 @@ def _child(code: str, timeout: float = 900):
 _MIX = r"""
 import json
 from sglang_kv5d.kernels.aot import ArchMixError, compiling_for
-from sglang_kv5d.kernels.target import known_target
+from sglang_kv5d.platform import known_target
 out = {}
 with compiling_for(known_target("gfx942")):
     pass
@@ -63,7 +63,7 @@ def test_compiling_for_refuses_a_second_arch_in_one_process():
 _RANGE = r"""
 import json, sys, torch
 from sglang_kv5d.kernels.aot import compiling_for
-from sglang_kv5d.kernels.target import known_target
+from sglang_kv5d.platform import known_target
 from sglang_kv5d.kernels.fp8_write import write_kv_fp8
 from sglang_kv5d.kernels.attention_5d import decode_attention_5d
 

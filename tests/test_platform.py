@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_kv5d import platform
-from sglang_kv5d.kernels.target import KNOWN_ARCHS, known_target
+from sglang_kv5d.platform import KNOWN_ARCHS, known_target
 from tests.helpers.subproc import run_py
 
 pytestmark = pytest.mark.sglang_independent
@@ -63,3 +63,57 @@ def test_import_costs_no_torch():
     """)
     assert r.returncode == 0, r
     assert r.data == [], r
+
+
+def test_fp8_formats():
+    import torch
+
+    assert platform.fp8_format(torch.float8_e4m3fn) == (platform.FP8_E4M3FN, 448.0, 7, False)
+    assert platform.fp8_format("float8_e4m3fnuz") == (platform.FP8_E4M3FNUZ, 240.0, 8, True)
+    for name in platform.FP8_KV_DTYPE_NAMES:  # the largest finite value is torch's own
+        assert platform.fp8_format(name).max == torch.finfo(platform.fp8_torch_dtype(name)).max
+    with pytest.raises(ValueError, match="float8_e5m2"):
+        platform.fp8_format(torch.float8_e5m2)
+    assert set(platform.fp8_any_dtypes()) >= {torch.float8_e5m2, *platform.fp8_kv_dtypes()}
+    assert known_target("gfx942").converts(torch.float8_e4m3fnuz)
+    assert not known_target("gfx942").converts("float8_e4m3fn")
+
+
+# What only sglang_kv5d/platform.py may read or spell: the driver's AMD arch
+# attribute and the torch fp8 dtype names (as attributes, getattr names or whole
+# string constants; prose that mentions them is fine).
+_PLATFORM_ONLY = {"gcnArchName", *platform.FP8_ANY_DTYPE_NAMES}
+
+
+def _platform_reads(path):
+    import ast
+
+    tree = ast.parse(open(path, encoding="utf-8").read(), filename=path)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in _PLATFORM_ONLY:
+            found.append((node.lineno, node.attr))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in _PLATFORM_ONLY:
+            found.append((node.lineno, node.value))
+    return found
+
+
+def test_only_the_platform_module_reads_the_arch_and_names_fp8_formats():
+    import os
+
+    root = os.path.dirname(platform.__file__)
+    offenders = []
+    for dirpath, _, files in os.walk(root):
+        for name in sorted(files):
+            path = os.path.join(dirpath, name)
+            if not name.endswith(".py") or os.path.samefile(path, platform.__file__):
+                continue
+            offenders += [f"{os.path.relpath(path, root)}:{line}: {what}" for line, what in _platform_reads(path)]
+    assert not offenders, "ask sglang_kv5d.platform instead:\n" + "\n".join(offenders)
+
+
+def test_the_scan_sees_each_form(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text('import torch\na = torch.float8_e4m3fnuz\nb = getattr(p, "gcnArchName")\n'
+                   'c = ("float8_e5m2",)\nd = "a float8_e4m3fn cache"\n')
+    assert _platform_reads(str(src)) == [(2, "float8_e4m3fnuz"), (3, "gcnArchName"), (4, "float8_e5m2")]

@@ -39,7 +39,7 @@ def _compiled(run):
     """The kernels ``run(target)`` launches, compiled for sm_90 by the package's
     own host code (``kernels.aot.compiling_for``): (first launch, its config)."""
     from sglang_kv5d.kernels.aot import compiling_for
-    from sglang_kv5d.kernels.target import known_target
+    from sglang_kv5d.platform import known_target
 
     target = known_target(f"sm_{SM}")
     with compiling_for(target) as launches:
@@ -56,7 +56,7 @@ def _decode(args):
     X = 16 if fp8 else 8
     dt = torch.float8_e4m3fn if fp8 else torch.bfloat16
     hkv = 2
-    from sglang_kv5d.kernels.target import known_target
+    from sglang_kv5d.platform import known_target
 
     cfg = A.decode_config(args.d, args.g, args.page, X, fp8, known_target(f"sm_{SM}"))
 
@@ -83,7 +83,7 @@ def _write(args):
     five = args.layout == "5d"
     fnuz = args.fp8 == "e4m3fnuz"  # as on NVIDIA: fnuz takes the integer encoder
     dt = torch.float8_e4m3fnuz if fnuz else torch.float8_e4m3fn
-    from sglang_kv5d.kernels.target import known_target
+    from sglang_kv5d.platform import known_target
 
     cfg = W.launch_config(args.t, args.h, args.d, args.d, five, not fnuz, known_target(f"sm_{SM}"))
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import statistics
 from typing import Callable, Optional
 
+from ..platform import device_arch
+
 
 def _torch():
     import torch
@@ -119,9 +121,7 @@ def device_description(device=None) -> dict:
         info["sm_count"] = props.multi_processor_count
         info["cuda_runtime"] = getattr(torch.version, "cuda", None)
         info["hip_runtime"] = getattr(torch.version, "hip", None)
-        # gcnArchName is only meaningful on ROCm (torch on CUDA fills it with the GPU name).
-        arch: Optional[str] = getattr(props, "gcnArchName", None) if getattr(torch.version, "hip", None) else None
-        info["arch"] = arch or f"sm_{props.major}{props.minor}"
+        info["arch"] = device_arch(device or 0)
         try:
             import subprocess
 

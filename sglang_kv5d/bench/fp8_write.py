@@ -54,7 +54,7 @@ from sglang_kv5d.bench.fp8_write_cases import (  # noqa: F401  (the suite's publ
     DEFAULT_TOKEN_COUNTS, PAGE, cache_pages, decode_loc, norm_geometries, prefill_loc, row_cases,
 )
 from sglang_kv5d.bench.fp8_write_report import TARGETS, evaluate_targets, format_table  # noqa: F401
-from sglang_kv5d.kernels.target import target_of
+from sglang_kv5d.platform import target_of
 
 
 def _time(fn, T) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ..platform import interpreting
+from ..platform import device_arch, interpreting
 
 # The package directory: an exception raised from a file under it comes from
 # the overlay's own code.
@@ -41,12 +41,8 @@ def target_text(device) -> str:
         if interpreting() or dev.type != "cuda":
             return f"Triton CPU interpreter ({dev})" if interpreting() else str(dev)
         idx = dev.index if dev.index is not None else torch.cuda.current_device()
-        props = torch.cuda.get_device_properties(idx)
-        arch = str(getattr(props, "gcnArchName", "") or "").split(":", 1)[0]
-        if not arch:
-            major, minor = torch.cuda.get_device_capability(idx)
-            arch = f"sm_{major}{minor}"
-        return f"{props.name} ({arch}, cuda:{idx})"
+        arch = (device_arch(idx) or "").split(":", 1)[0]
+        return f"{torch.cuda.get_device_properties(idx).name} ({arch}, cuda:{idx})"
     except Exception as exc:
         return f"{device} (target unknown: {type(exc).__name__})"
 

@@ -47,7 +47,7 @@ import re
 import threading
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
-from .target import KernelTarget
+from ..platform import KernelTarget
 
 __all__ = ["compiling_for", "Launch", "ArchMixError", "kernel_stats", "waves_per_simd", "triton_version"]
 

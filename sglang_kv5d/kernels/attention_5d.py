@@ -70,7 +70,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .target import KernelTarget, interpreting, target_of
+from ..platform import KernelTarget, interpreting, target_of
 
 __all__ = ["decode_attention_5d", "extend_attention_5d", "decode_config", "extend_config", "check_metadata_values"]
 

@@ -103,7 +103,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .target import KernelTarget, interpreting, target_of
+from ..platform import KernelTarget, interpreting, target_of
 
 __all__ = ["write_kv_fp8", "launch_config", "FP8_MAX", "supported_fp8_dtypes", "ScaleError", "scale_problem",
            "check_scale_tensor"]

@@ -94,13 +94,9 @@ def run_selftest(geo: Geometry, device: str, progress: Optional[Callable[[str], 
 
 def _fp8_dtype(device: str, torch):
     """The fp8 KV dtype of this device (platform.fp8_dtype of its arch; the CPU: e4m3fn)."""
-    from ..platform import fp8_dtype
+    from ..platform import device_arch, fp8_dtype
 
-    if device == "cpu":
-        return fp8_dtype(None)
-    props = torch.cuda.get_device_properties(0)
-    hip_arch = getattr(props, "gcnArchName", None) if getattr(torch.version, "hip", None) else None
-    return fp8_dtype(str(hip_arch) if hip_arch else f"sm_{props.major}{props.minor}")
+    return fp8_dtype(None if device == "cpu" else device_arch(0))
 
 
 def attention_paths(device: str, *, both: Optional[bool] = None) -> Tuple[List[str], str]:

@@ -587,7 +587,7 @@ def test_packed_verify_config_at_d256_takes_128_row_tiles():
     """128 or more packed verify rows at D=256 (NVIDIA): one 128-row tile, 8
     warps, 2 stages, 32-token tiles, masked tiles (not the select) for fp8
     too; fewer rows and decode keep their tiles."""
-    from sglang_kv5d.kernels.target import known_target
+    from sglang_kv5d.platform import known_target
 
     assert A._decode_config(256, 128, 64, 8, False, packed=True) == (32, 128, 8, 2, True)
     assert A._decode_config(256, 128, 64, 16, True, packed=True) == (32, 128, 8, 2, True)
@@ -634,7 +634,7 @@ def test_amd_tiles_against_float64(arch, case):
     gfx950 (16/32-token decode tiles, one stage, per-token addressing; 8-wave
     extend programs), run by the interpreter (the integer fp8 decode: the
     hardware conversion is the AMD compile gate's to show)."""
-    from sglang_kv5d.kernels.target import known_target
+    from sglang_kv5d.platform import known_target
 
     H_q, H_kv, D, kvd = case
     x = 16 if kvd in (FN, FNUZ) else 8

@@ -20,7 +20,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from sglang_kv5d.kernels import fp8_reference as ref  # noqa: E402
 from sglang_kv5d.kernels import fp8_write as fw  # noqa: E402
-from sglang_kv5d.kernels.target import INTERPRETER, known_target  # noqa: E402
+from sglang_kv5d.platform import INTERPRETER, known_target  # noqa: E402
 
 SM90 = known_target("sm_90")
 
@@ -767,7 +767,7 @@ def test_amd_launch_configurations_write_the_same_bytes(arch, layout, T_cfg, H, 
     stores), run by the interpreter with the integer encoder: the hardware
     conversion itself cannot run here (tests/test_amd_gate.py shows it is in
     the ISA; its numerics need an AMD GPU)."""
-    from sglang_kv5d.kernels.target import known_target
+    from sglang_kv5d.platform import known_target
 
     target = known_target(arch)
     fp8 = FNUZ if arch == "gfx942" else FN

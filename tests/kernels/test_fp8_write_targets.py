@@ -23,7 +23,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from sglang_kv5d.kernels import fp8_reference as ref  # noqa: E402
 from sglang_kv5d.kernels import fp8_write as fw  # noqa: E402
-from sglang_kv5d.kernels.target import INTERPRETER, known_target  # noqa: E402
+from sglang_kv5d.platform import INTERPRETER, known_target  # noqa: E402
 
 from tests.kernels import test_fp8_write as base  # noqa: E402
 

@@ -41,7 +41,7 @@ pytest.importorskip("triton")
 from sglang_kv5d.kernels import attention_5d as A  # noqa: E402
 from sglang_kv5d.kernels import fp8_reference as fref  # noqa: E402
 from sglang_kv5d.kernels.attention_reference import attention_ref, decode_attention_5d_ref  # noqa: E402
-from sglang_kv5d.kernels.target import known_target  # noqa: E402
+from sglang_kv5d.platform import known_target  # noqa: E402
 from tests.kernels import test_attention_5d as T5  # noqa: E402  (its helpers; its tests run there)
 from tests.kernels import test_fp8_write as TW  # noqa: E402
 

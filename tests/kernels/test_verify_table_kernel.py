@@ -21,7 +21,7 @@ import torch
 
 from sglang_kv5d import kernel_check
 from sglang_kv5d.kernels import verify_table as vt
-from sglang_kv5d.kernels.target import INTERPRETER, known_target
+from sglang_kv5d.platform import INTERPRETER, known_target
 from sglang_kv5d.speculative import verify_tables
 from sglang_kv5d.speculative.verify_tables import build_verify_page_tables_torch
 
