@@ -138,7 +138,7 @@ def check_aiter(platform_name: str) -> Check:
             for n in ("pa_decode_gluon", "get_recommended_splits"):
                 if not hasattr(gluon, n):
                     missing.append(n)
-        except Exception as exc:
+        except Exception as exc:  # aiter's module code runs on import (Triton, HIP probes): any error means unusable
             missing.append(f"pa_decode_gluon module ({type(exc).__name__})")
         if not hasattr(mod, "mha_batch_prefill_func"):
             missing.append("mha_batch_prefill_func")
@@ -146,7 +146,7 @@ def check_aiter(platform_name: str) -> Check:
             return Check("aiter", WARN, f"{version}, missing {', '.join(missing)}: the portable Triton path is used",
                          "install an aiter build with pa_decode_gluon (v0.1.10 or newer)")
         return Check("aiter", OK, f"{version}, pa_decode_gluon and mha_batch_prefill_func present")
-    except Exception as exc:
+    except Exception as exc:  # importing aiter runs its own code: whatever it raises is the finding, reported
         status = FAIL if platform_name == "rocm" else WARN
         return Check("aiter", status, f"not importable ({type(exc).__name__}: {str(exc)[:120]}); "
                      "5D attention uses the portable Triton path",
@@ -177,7 +177,7 @@ def find_pth() -> Optional[str]:
 
         dirs.extend(site.getsitepackages())
         dirs.append(site.getusersitepackages())
-    except Exception:
+    except AttributeError:  # an old virtualenv's site module has no getsitepackages
         pass
     dirs.append(sysconfig.get_paths()["purelib"])
     for d in dict.fromkeys(dirs):
@@ -256,7 +256,7 @@ def _spawn_probe_child(queue) -> None:
 
         st = sglang_kv5d.status()
         queue.put(json.dumps({"active": st.active, "routes": st.routes, "pid": os.getpid()}))
-    except Exception as exc:  # reported, not raised
+    except Exception as exc:  # a child process: whatever SGLang's import raises is the finding, sent to the parent
         queue.put(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
 
 

@@ -8,14 +8,20 @@ by :func:`stand_in_problem` (``doctor`` warns). SGLang is never imported here.
 
 Policy (see ../DESIGN and the README):
 
-    supported     0.5.16 .. 0.5.23 (post releases and local builds of those included)
-    best-effort   0.5.13.post1 .. 0.5.15.post1 (hybrid models need --disable-radix-cache)
-    refused       anything older than 0.5.13.post1 (no vectorized_5d code upstream)
-    untested      anything newer than 0.5.23: refused unless SGLANG_KV5D_ALLOW_UNTESTED=1
+    supported     SUPPORTED_RANGE (post releases and local builds of those included)
+    best-effort   BEST_EFFORT_RANGE (hybrid models need --disable-radix-cache)
+    refused       anything older than OLDEST (no vectorized_5d code upstream)
+    untested      anything newer than NEWEST: refused unless SGLANG_KV5D_ALLOW_UNTESTED=1
     missing       SGLang is not installed
 
-Inside the range, moved symbols are found by probing (sglang_kv5d.surface),
-never by comparing version strings.
+The ranges below are the one place the tested releases are written: prose
+elsewhere renders them from here or says "the newest tested SGLang" /
+"the tested range" (tests/test_versions_once.py). Inside the range, moved
+symbols are found by probing (sglang_kv5d.surface), never by comparing
+version strings.
+
+``python -m sglang_kv5d.versions newest|oldest|contract-wheels`` prints them
+for the setup scripts (standard library only, nothing else imported).
 """
 
 from __future__ import annotations
@@ -31,6 +37,13 @@ SUPPORTED_RANGE = ("0.5.16", "0.5.23")
 BEST_EFFORT_RANGE = ("0.5.13.post1", "0.5.15.post1")
 OLDEST = BEST_EFFORT_RANGE[0]
 NEWEST = SUPPORTED_RANGE[1]
+# "OLDEST .. NEWEST": the tested range as prose renders it.
+TESTED = f"{OLDEST} .. {NEWEST}"
+# The SGLang wheels the surface contract tests read as source (never installed):
+# the oldest, the first supported, the release that moved the arg groups, and
+# the newest. scripts/setup-dev.sh downloads them into .cache/wheels
+# (``python -m sglang_kv5d.versions contract-wheels``); NEWEST must be one.
+CONTRACT_WHEELS = ("0.5.13.post1", "0.5.16", "0.5.20", "0.5.23")
 
 SUPPORTED = "supported"
 BEST_EFFORT = "best-effort"
@@ -153,7 +166,7 @@ def sglang_metadata() -> Tuple[Optional[str], Optional[str]]:
         return None, None
     try:
         where = os.path.realpath(str(dist.locate_file(PACKAGE)))
-    except Exception:
+    except Exception:  # a third-party distribution finder may raise anything; the location is only shown
         where = None
     return dist.version, where
 
@@ -258,3 +271,23 @@ def verdict(version: Optional[str] = None, *, allow_untested: bool = False, _pro
         "set SGLANG_KV5D_ALLOW_UNTESTED=1 to patch it anyway, or install sglang-kv5d's "
         f"tested range ({lo.text} .. {hi.text})",
     )
+
+
+def tested_from(since: str) -> str:
+    """``"<since> .. NEWEST"``, or just ``since`` when it is the newest: the
+    releases a patch applies to when it needs a surface that appeared in ``since``."""
+    return since if since == NEWEST else f"{since} .. {NEWEST}"
+
+
+def _main(argv=None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    values = {"newest": (NEWEST,), "oldest": (OLDEST,), "contract-wheels": CONTRACT_WHEELS}
+    if len(args) != 1 or args[0] not in values:
+        sys.stderr.write(f"usage: python -m sglang_kv5d.versions {{{'|'.join(values)}}}\n")
+        return 2
+    sys.stdout.write("".join(v + "\n" for v in values[args[0]]))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - the setup scripts run it
+    sys.exit(_main())

@@ -513,3 +513,11 @@ def test_guard_inside_sglang(tmp_path):
     has_hooks = r.data["hook_registered"]
     assert unified["stage"] == ("resolution" if has_hooks else "check_server_args"), r.data
     assert has_hooks == (parse_version(sglang_version()) >= parse_version("0.5.20"))
+
+
+def test_hostile_toml_is_a_usage_error(tmp_path):
+    bad = tmp_path / "bad.toml"
+    for text in ('args = [\n', "a=" + "[" * 100000):  # malformed; nested past Python's recursion limit
+        bad.write_text(text)
+        with pytest.raises(UsageError, match="not valid TOML"):
+            load_profile(str(bad))

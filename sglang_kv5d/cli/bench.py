@@ -165,7 +165,7 @@ def bench(what: str, as_json: bool, out_path, device: str, cache_gib: float, mod
             raise click.UsageError(str(exc))
     try:
         import torch
-    except Exception as exc:
+    except (ImportError, OSError) as exc:  # not installed, or its shared libraries do not load
         raise click.ClickException(f"bench needs torch: {exc}")
     if not torch.cuda.is_available():
         click.echo("sglang-kv5d bench needs a GPU (CUDA or ROCm); none is visible here.", err=True)

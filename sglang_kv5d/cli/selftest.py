@@ -22,13 +22,13 @@ def resolve_device(device: str) -> str:
         return "cpu"
     try:
         import torch
-    except Exception as exc:
+    except (ImportError, OSError) as exc:  # not installed, or its shared libraries do not load
         if device == "auto":
             return "cpu"
         raise click.UsageError(f"--device {device}: torch is not importable here ({type(exc).__name__}: {exc})")
     try:
         has_gpu = bool(torch.cuda.is_available())
-    except Exception:
+    except RuntimeError:  # a broken driver install: no usable GPU
         has_gpu = False
     if device == "auto":
         return "cuda" if has_gpu else "cpu"

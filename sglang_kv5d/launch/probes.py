@@ -36,7 +36,7 @@ def probe_patch_problems() -> Tuple[Optional[List[Tuple[str, str]]], Optional[st
         return None, f"KV5D011 not checked: no patch probe available (sglang_kv5d.activation.probe_patches: {exc})"
     try:
         probes = probe_patches()
-    except Exception as exc:  # the probe itself failing is reported, not fatal
+    except Exception as exc:  # probes run patches' own code (third-party ones too): reported, not fatal
         return None, f"KV5D011 not checked: the patch probe failed ({type(exc).__name__}: {exc})"
     problems = [
         (str(p.name), str(p.reason))

@@ -137,7 +137,7 @@ def load_profile(path: str) -> Profile:
         data = _toml_loads(text)
     except UsageError:
         raise
-    except Exception as exc:  # tomllib.TOMLDecodeError
+    except (ValueError, RecursionError) as exc:  # TOMLDecodeError is a ValueError; hostile nesting recurses
         raise UsageError(f"profile {path} is not valid TOML: {exc}") from exc
     unknown = sorted(set(data) - set(_PROFILE_KEYS))
     if unknown:

@@ -121,7 +121,7 @@ def run_launch(argv: Sequence[str], environ: Optional[Mapping[str, str]] = None,
     for stream in (out, err, sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except Exception:
+        except (OSError, ValueError):  # a closed or broken stream: nothing left to flush before the exec
             pass
     os.execvpe(sys.executable, plan.argv, plan.env)
     return EXIT_OK  # not reached: execvpe replaced this process
