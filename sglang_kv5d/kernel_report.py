@@ -88,9 +88,9 @@ class Case(NamedTuple):
 
 
 def _fp8_dtype(target):
-    import torch
+    from .platform import fp8_dtype
 
-    return torch.float8_e4m3fnuz if target.arch == "gfx942" else torch.float8_e4m3fn
+    return fp8_dtype(target.arch)  # e4m3fnuz on gfx942, e4m3fn elsewhere
 
 
 def _meta(*shape, dtype):

@@ -211,7 +211,9 @@ def example_calls():
     (bf16 and fp8; 4/1 heads, D=256, page 64), for the contract test."""
     import torch
 
-    fp8 = torch.float8_e4m3fn
+    from ..platform import FP8_E4M3FN, fp8_torch_dtype
+
+    fp8 = fp8_torch_dtype(FP8_E4M3FN)
     hq, hkv, d, page, bs, nb = 4, 1, 256, 64, 2, 4
     calls = []
     for dt, x in ((torch.bfloat16, 8), (fp8, 16)):

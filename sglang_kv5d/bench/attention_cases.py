@@ -25,13 +25,15 @@ def build_case(bs, ctx, H_q, H_kv, D, kv, device, *, seed=0, page=PAGE):
     """Random 5D cache + the same data in NHD token layout, tables, q."""
     import torch
 
+    from ..platform import FP8_E4M3FN, fp8_torch_dtype
+
     g = torch.Generator(device=device)
     g.manual_seed(seed)
     fp8 = kv.startswith("fp8")
     X = 16 if fp8 else 8
     pages_per_seq = -(-ctx // page)
     nb = bs * pages_per_seq + 1
-    store = torch.float8_e4m3fn if fp8 else torch.bfloat16
+    store = fp8_torch_dtype(FP8_E4M3FN) if fp8 else torch.bfloat16
 
     def rnd(shape):
         t = torch.randn(shape, generator=g, device=device, dtype=torch.bfloat16)

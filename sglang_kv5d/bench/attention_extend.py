@@ -39,13 +39,14 @@ def run_extend_row(bs, new, prefix, geom, kv, *, aiter, device="cuda", check=Tru
     from sglang_kv5d.bench import aiter_peers
     from sglang_kv5d.bench.common import eager_median_us
     from sglang_kv5d.kernels.attention_5d import extend_attention_5d
+    from sglang_kv5d.platform import FP8_E4M3FN, fp8_torch_dtype
 
     H_q, H_kv, D = geom
     fp8 = kv.startswith("fp8")
     X = 16 if fp8 else 8
     g = torch.Generator().manual_seed(1)
     bt, slots, qo, kvp, kv_lens, nb = extend_layout(bs, new, prefix, gen=g)
-    store = torch.float8_e4m3fn if fp8 else torch.bfloat16
+    store = fp8_torch_dtype(FP8_E4M3FN) if fp8 else torch.bfloat16
     gd = torch.Generator(device=device).manual_seed(1)
     k5 = torch.randn((nb, H_kv, D // X, PAGE, X), generator=gd, device=device, dtype=torch.bfloat16).to(store)
     v5 = torch.randn((nb, H_kv, PAGE // X, D, X), generator=gd, device=device, dtype=torch.bfloat16).to(store)

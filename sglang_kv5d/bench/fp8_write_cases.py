@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
+from ..platform import FP8_KV_DTYPE_NAMES
+
 DEFAULT_GEOMETRIES = (
     {"name": "qwen3.5-tp8", "H": 1, "D": 256},
     {"name": "qwen3.5-tp1", "H": 2, "D": 256},
@@ -20,7 +22,7 @@ DEFAULT_GEOMETRIES = (
 )
 DEFAULT_TOKEN_COUNTS = (1, 16, 128, 1024, 4096, 32768, 262144)
 DEFAULT_DECODE_BATCHES = (512, 2048)  # decode slots past DECODE_MAX_T
-DEFAULT_CACHE_DTYPES = ("float8_e4m3fn", "float8_e4m3fnuz")
+DEFAULT_CACHE_DTYPES = FP8_KV_DTYPE_NAMES  # ("float8_e4m3fn", "float8_e4m3fnuz")
 DEFAULT_LAYOUTS = ("5d", "nhd")
 PAGE = 64
 DECODE_MAX_T = 128

@@ -233,9 +233,11 @@ def build_case(geom: Geometry, bs: int, prior: int, new: int, kv: str, device, *
     """
     import torch
 
+    from ..platform import FP8_E4M3FN, fp8_torch_dtype
+
     page, H_q, H_kv, D = geom.page, geom.h_q, geom.h_kv, geom.head_dim
     fp8 = kv == "fp8"
-    store = (fp8_dtype or torch.float8_e4m3fn) if fp8 else torch.bfloat16
+    store = (fp8_dtype or fp8_torch_dtype(FP8_E4M3FN)) if fp8 else torch.bfloat16
     X = 16 if fp8 else 8
     total = prior + new
     per = -(-total // page)

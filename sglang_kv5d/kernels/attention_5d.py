@@ -70,7 +70,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..platform import KernelTarget, interpreting, target_of
+from ..platform import KernelTarget, fp8_format, fp8_kv_dtypes, target_of
 
 __all__ = ["decode_attention_5d", "extend_attention_5d", "decode_config", "extend_config", "check_metadata_values"]
 
@@ -821,13 +821,7 @@ def _extend_5d_kernel(
 
 # --------------------------------------------------------------------------- host side
 
-_FP8_DTYPES = tuple(
-    getattr(torch, n) for n in ("float8_e4m3fn", "float8_e4m3fnuz") if hasattr(torch, n)
-)
-
-
-def _interpreting() -> bool:
-    return interpreting()
+_FP8_DTYPES = fp8_kv_dtypes()
 
 
 def _sm_count(device: torch.device, target: Optional[KernelTarget] = None) -> int:
@@ -840,7 +834,7 @@ def _native_fp8_mode(fp8_dtype: torch.dtype, target: KernelTarget) -> Optional[i
     NVIDIA sm_89+ and gfx950, e4m3fnuz on gfx942), or None to decode with integers."""
     if not target.converts(fp8_dtype):
         return None
-    return _FP8_NATIVE_E4M3FNUZ if fp8_dtype == torch.float8_e4m3fnuz else _FP8_NATIVE_E4M3FN
+    return _FP8_NATIVE_E4M3FNUZ if fp8_format(fp8_dtype).fnuz else _FP8_NATIVE_E4M3FN
 
 
 def _kv_format(k_cache: torch.Tensor, v_cache: torch.Tensor, fp8_dtype, target: KernelTarget):
@@ -861,7 +855,7 @@ def _kv_format(k_cache: torch.Tensor, v_cache: torch.Tensor, fp8_dtype, target: 
             raise ValueError(f"unsupported fp8 dtype {fdt}")
         mode = _native_fp8_mode(fdt, target)
         if mode is None:
-            if fdt == torch.float8_e4m3fn:
+            if not fp8_format(fdt).fnuz:
                 mode, mul = _FP8_EMU_E4M3FN, 256.0
             else:
                 mode, mul = _FP8_EMU_E4M3FNUZ, 128.0

@@ -21,6 +21,8 @@ from typing import Optional, Tuple, Union
 
 import torch
 
+from ..platform import fp8_format, fp8_kv_dtypes
+
 __all__ = [
     "FP8_MAX",
     "fp8_values",
@@ -37,8 +39,8 @@ __all__ = [
     "loc_pattern",
 ]
 
-FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e4m3fnuz: 240.0}
-_BIAS = {torch.float8_e4m3fn: 7, torch.float8_e4m3fnuz: 8}
+FP8_MAX = {dt: fp8_format(dt).max for dt in fp8_kv_dtypes()}  # torch dtype -> largest finite value
+_BIAS = {dt: fp8_format(dt).bias for dt in fp8_kv_dtypes()}
 _MANTISSA_BITS = 3
 X_FP8 = 16
 
@@ -80,7 +82,7 @@ def _encode(q_sign_negative: torch.Tensor, rounded: torch.Tensor, nan: torch.Ten
     exact = table[mag.clamp(max=table.numel() - 1)] == rounded
     assert bool(exact[~nan].all()), "value not on the FP8 grid"
     code = mag.to(torch.int32)
-    if fp8_dtype == torch.float8_e4m3fnuz:
+    if fp8_format(fp8_dtype).fnuz:
         code = torch.where(q_sign_negative & (code != 0), code | 0x80, code)
         code = torch.where(nan, torch.full_like(code, 0x80), code)
     else:
@@ -120,7 +122,7 @@ def fp8_step_distance(a: torch.Tensor, b: torch.Tensor, fp8_dtype: torch.dtype) 
         c = c.to(torch.int64)
         mag = c & 0x7F
         neg = (c & 0x80) != 0
-        if fp8_dtype == torch.float8_e4m3fnuz:
+        if fp8_format(fp8_dtype).fnuz:
             mag = torch.where(c == 0x80, torch.full_like(mag, n), mag)
             neg = neg & (c != 0x80)
         return torch.where(neg, -mag, mag)

@@ -103,17 +103,14 @@ import torch
 import triton
 import triton.language as tl
 
-from ..platform import KernelTarget, interpreting, target_of
+from ..platform import KernelTarget, fp8_format, fp8_kv_dtypes, target_of
 
 __all__ = ["write_kv_fp8", "launch_config", "FP8_MAX", "supported_fp8_dtypes", "ScaleError", "scale_problem",
            "check_scale_tensor"]
 
 X_FP8 = 16  # elements per 16-byte vector for 1-byte elements
 
-FP8_MAX = {
-    torch.float8_e4m3fn: 448.0,
-    torch.float8_e4m3fnuz: 240.0,
-}
+FP8_MAX = {dt: fp8_format(dt).max for dt in fp8_kv_dtypes()}  # torch dtype -> largest finite value
 
 
 def supported_fp8_dtypes():
@@ -783,10 +780,6 @@ class _Plan(NamedTuple):
     vc_bytes: torch.Tensor
 
 
-def _interpreting() -> bool:
-    return interpreting()
-
-
 def _round_to_float32(value: float) -> float:
     """``value`` rounded to the nearest float32 (inf past the range), on the host
     without creating a tensor (this runs on every call with a float scale)."""
@@ -1392,7 +1385,7 @@ def write_kv_fp8(
     if _encoder == "auto":
         native = _native_fp8_ok(device, plan.fp8_dtype, target)
     elif _encoder == "native":
-        if plan.fp8_dtype != torch.float8_e4m3fn and not target.converts(plan.fp8_dtype):
+        if fp8_format(plan.fp8_dtype).fnuz and not target.converts(plan.fp8_dtype):
             raise ValueError(f"_encoder='native': {target.arch or target.backend} has no hardware "
                              f"conversion to {plan.fp8_dtype}")
         native = True
@@ -1470,7 +1463,7 @@ def write_kv_fp8(
         K_SCALE_PTR=ks_ptr,
         V_SCALE_PTR=vs_ptr,
         FMA_DIV=target.backend != "interpreter",
-        FNUZ=plan.fp8_dtype == torch.float8_e4m3fnuz,
+        FNUZ=fp8_format(plan.fp8_dtype).fnuz,
         NATIVE=native,
         LARGE=large,
         TOKEN_MAJOR=token_major,
