@@ -8,7 +8,7 @@ the fail-closed backend guard calls :func:`unchecked_5d_composite` before
 ``AiterAttnBackend.__init__`` and refuses (Kv5dNotReadyError, strict policy)
 naming the class.
 
-``QSATokenToKVPool`` (SGLang 0.5.23, a ``HybridLinearKVPool`` subclass for
+``QSATokenToKVPool`` (from SGLang 0.5.23, a ``HybridLinearKVPool`` subclass for
 the QSA sparse-attention models) is refused, not allowed: it stores the
 full-attention KV exactly as its base does (the inherited getters and setters,
 ``full_kv_pool``, ``full_attention_layer_id_mapping``), but SGLang's hybrid

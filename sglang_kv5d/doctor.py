@@ -454,7 +454,7 @@ def check_pd_handshake(environ=None, platform_info=None, geometry=None) -> Check
     version = _versions.installed_sglang_version()
     key = _versions.parse_version_or_none(version) if version else None
     if key is not None and key < _versions.parse_version_or_none(PD_HANDSHAKE_SINCE):
-        return Check(PD_CHECK, OK, f"SGLang {version} has no PD layout handshake (kv_layout exists from 0.5.23): "
+        return Check(PD_CHECK, OK, f"SGLang {version} has no PD layout handshake (kv_layout exists from {PD_HANDSHAKE_SINCE}): "
                                    "this node reports nothing; pair 5D PD roles by configuration only")
     if geometry:
         try:

@@ -4,7 +4,7 @@ Pure functions over SGLang's KV pool objects. This module never imports
 SGLang: it recognises pools by the attributes they carry, so subclasses,
 wrappers and nestings of the upstream classes work without being named.
 
-Pool shapes recognised (attribute names as in SGLang 0.5.13.post1 .. 0.5.23):
+Pool shapes recognised (attribute names as in every tested SGLang):
 
     leaf MHA pool     ``k_buffer`` / ``v_buffer``: lists with one tensor per
                       layer; ``start_layer``, ``page_size``, ``head_num``,

@@ -30,7 +30,7 @@ __all__ = ["check_prefix_args", "masked_slots", "committed_rows"]
 def check_prefix_args(loc_2d, commit_lens, n_k: int, n_v: int) -> None:
     """Raise ValueError unless ``loc_2d`` is rank 2, ``commit_lens`` is (B,) for
     its B rows, and the K / V inputs have ``n_k`` / ``n_v`` rows == loc_2d.numel()
-    (the conditions and the order in which SGLang 0.5.16 .. 0.5.23 check them)."""
+    (the conditions and the order in which every tested SGLang from 0.5.16 on checks them)."""
     if loc_2d.dim() != 2:
         raise ValueError(f"loc_2d must be rank-2, got shape={tuple(loc_2d.shape)}.")
     if commit_lens.dim() != 1 or commit_lens.shape[0] != loc_2d.shape[0]:

@@ -1,6 +1,6 @@
 """Where the installed SGLang fixes what a patch fixes: the probes, and the re-check.
 
-sglang#29009 (an open pull request, in no release up to 0.5.23) adds a
+sglang#29009 (an open pull request, in no tested release) adds a
 ``kv_cache_layout`` property to ``HybridLinearKVPool`` and a hybrid-pool branch
 to ``aiter_utils.forward_extend_vectorized_5d``. The probes read the loaded
 objects, never a version number:
@@ -8,11 +8,11 @@ objects, never a version number:
 :func:`layout_property`
     the loaded ``HybridLinearKVPool`` (or a base class) defines
     ``kv_cache_layout`` as a property (``inspect.getattr_static``; an instance
-    attribute would not show, and 0.5.23 has none).
+    attribute would not show, and no tested release has one).
 :func:`upstream_detects_layout` (pool-layout-detection's ``applies``)
     the property, and the source of ``AiterAttnBackend.__init__`` reads
     ``kv_cache_layout`` from its pool and sets ``decode_uses_page_table`` (the
-    0.5.23 flag chain: the 5D flag, then the 2-D decode page table). Then the
+    flag chain from 0.5.23: the 5D flag, then the 2-D decode page table). Then the
     patch stands down (``ProvidedUpstream``, state ``upstream``), and under 5D
     the fail-closed backend guard re-checks every AITER backend built
     (:func:`layout_disagreement`): upstream's flag against the physical

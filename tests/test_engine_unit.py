@@ -34,8 +34,7 @@ def fake_module():
 
 def _record(surface_id, target, action=REPLACE, params=(("a", "b"),), make=None):
     eng = lifecycle.Engine()
-    eng.surfaces[surface_id] = Surface(id=surface_id, targets=(target,), action=action, params=params,
-                                       why="t", upstream="t", removal="t")
+    eng.surfaces[surface_id] = Surface(id=surface_id, targets=(target,), action=action, params=params)
     patch = Patch(name="unit", summary="t",
                   bindings=(Binding(surface_id, make or (lambda orig: (lambda a, b: orig(a, b) + 1))),))
     return eng, lifecycle.Record(patch, PENDING, "")

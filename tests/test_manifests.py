@@ -78,10 +78,30 @@ def test_every_table_row_is_used():
     assert sorted(set(SURFACES) - used) == [], "table rows no manifest mentions"
 
 
-def test_table_rows_are_documented():
+def test_table_rows_take_their_reason_from_the_patch():
+    """A row carries where and what shape (targets, params, since); why, upstream
+    and removal are the owning Patch's, written once. Every row the overlay
+    changes is bound by a built-in patch whose reason is complete; every READ
+    row says what it is read for in the comment above it (surface/reads.py)."""
+    from sglang_kv5d.surface.table import Surface
+
+    assert not {"why", "upstream", "removal"} & {f.name for f in dataclasses.fields(Surface)}
+    owners = {}
+    for name in BUILTIN_PATCH_MODULES:
+        patch = load_builtin(name)
+        for b in patch.bindings:
+            owners.setdefault(b.surface, []).append(patch)
     for row in SURFACES.values():
-        assert row.why and row.upstream and row.removal, row.id
         assert row.targets and all(":" in t for t in row.targets), row.id
+        if row.action != READ:
+            assert row.id in owners, f"{row.id}: changed by the table but bound by no built-in patch"
+            for patch in owners[row.id]:
+                assert patch.why.strip() and patch.upstream.strip() and patch.removal.strip(), (row.id, patch.name)
+    with open(os.path.join(ROOT, "sglang_kv5d", "surface", "reads.py"), encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() == "Surface(":
+            assert lines[i - 1].strip().startswith("# "), f"surface/reads.py:{i + 1}: a READ row without its purpose"
 
 
 # A newly registered patch: the generator covers it, and an incomplete reason

@@ -1,7 +1,7 @@
 """Contract: every surface in the table exists in every tested SGLang wheel.
 
 Reads the source of the wheels that scripts/setup-dev.sh downloads into
-.cache/wheels (0.5.13.post1, 0.5.16, 0.5.20, 0.5.23) without installing or
+.cache/wheels (sglang_kv5d/versions.py: CONTRACT_WHEELS) without installing or
 importing them: each target resolves (one of its candidate locations, for
 moved symbols), its parameters start with an accepted prefix, and each module
 listed as holding a from-import copy really does ``from X import name``.
@@ -22,14 +22,14 @@ import pytest
 
 from sglang_kv5d import surface
 from sglang_kv5d.surface import ENV, MODULE, NAMES, SURFACES, TEXT, params_match, split_target
-from sglang_kv5d.versions import parse_version
+from sglang_kv5d.versions import CONTRACT_WHEELS, parse_version
 from tests.helpers.source_contract import WheelSource, find, imports_name_from
 from tests.helpers.subproc import ROOT
 
 pytestmark = pytest.mark.sglang_independent
 
 WHEEL_DIR = os.path.join(ROOT, ".cache", "wheels")
-REQUIRED_VERSIONS = ("0.5.13.post1", "0.5.16", "0.5.20", "0.5.23")
+REQUIRED_VERSIONS = CONTRACT_WHEELS
 
 
 def _wheels():
@@ -249,7 +249,7 @@ def test_row_access_helpers(monkeypatch):
     fake = type("M", (), {"unwrap_write_loc": staticmethod(len)})
     assert find_loaded("memory_pool.unwrap_write_loc", modules={surface.MEMORY_POOL: fake}) is len
     row = Surface(id="test.moved", targets=("json:no_such_name", "sglang_kv5d_no_such_module:x", "json:dumps"),
-                  action=READ, params=None, why="test", upstream="test", removal="test")
+                  action=READ, params=None)
     monkeypatch.setitem(SURFACES, row.id, row)
     import json
 

@@ -5,7 +5,7 @@ and ``forward_decode_vectorized_5d`` (same signatures; the patch adapters rebind
 them in ``aiter_backend``). This module imports neither SGLang nor aiter at
 import time; torch is imported lazily.
 
-What they read (SGLang 0.5.13.post1 .. 0.5.23):
+What they read (every tested SGLang):
 
     backend        token_to_kv_pool, forward_metadata (kv_indptr, kv_indices,
                    qo_indptr, max_q_len, max_kv_len, swa_page_table),

@@ -17,7 +17,7 @@ no torch (numpy only), and validates every input: TP sizes, ranks and item
 lengths come from the peer's bootstrap handshake and are treated as hostile.
 
 Which heads go where mirrors SGLang's NHD math (``compute_head_slice_params`` in
-``disaggregation/common/staging_buffer.py``, 0.5.16 .. 0.5.23), re-derived here:
+``disaggregation/common/staging_buffer.py``, every tested release from 0.5.16 on), re-derived here:
 
     heads per rank   max(1, total // tp) on each side
     prefill TP > decode TP   each prefill rank sends all its heads; they land at

@@ -1,6 +1,6 @@
 """What a PD node reports as its KV byte layout in the bootstrap handshake.
 
-Pure functions (no SGLang import). SGLang 0.5.23 sends one string per prefill
+Pure functions (no SGLang import). From 0.5.23 SGLang sends one string per prefill
 rank, ``kv_layout``, through the bootstrap server to the decode side, which
 compares it with its own (``CommonKVManager.try_ensure_parallel_info``), and
 hashes it into the KV checksum signature (``kv_layout_signature``). Upstream

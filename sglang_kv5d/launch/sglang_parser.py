@@ -22,7 +22,7 @@ from ..surface import SERVE_PROG, SURFACES, find_loaded, split_target
 from .renames import RENAMES
 
 # prepare_server_args builds ArgumentParser(prog="sglang serve") with argparse's
-# default allow_abbrev=True (0.5.16 and 0.5.23 both); we must accept and refuse
+# default allow_abbrev=True (every tested release); we must accept and refuse
 # exactly what SGLang will.
 SGLANG_ALLOW_ABBREV = True
 _ADD_CLI_ARGS = "server_args.ServerArgs.add_cli_args"

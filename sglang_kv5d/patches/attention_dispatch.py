@@ -61,7 +61,7 @@ PATCH = Patch(
         "as far as any probe can tell."
     ),
     applies=upstream_extend_resolves_hybrid,
-    upstream="unfixed in every release from 0.5.13.post1 to 0.5.23",
+    upstream="unfixed in every tested release",
     removal="when upstream resolves composite pools, waits for the layer and calls aiter by keyword with query_scale",
     reads=(
         "kernels.launch_gather_shuffle_5d_to_linear",

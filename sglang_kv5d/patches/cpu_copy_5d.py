@@ -2,7 +2,7 @@
 fail-closed-decode-offload (internal): refuse the decode-side offload manager over 5D.
 
 ``MHATokenToKVPool.get_cpu_copy(indices)`` takes ``k_buffer[layer][indices]``
-and ``load_cpu_copy`` assigns the same way (SGLang 0.5.13.post1 .. 0.5.23).
+and ``load_cpu_copy`` assigns the same way (every tested SGLang).
 That indexes the first dimension by token slot: right for NHD (slots, H, D)
 buffers, but a SHUFFLE 5D buffer's first dimension is the block, so a slot id
 picks a whole block (an IndexError / device assert once the slot is past the
@@ -34,6 +34,7 @@ from __future__ import annotations
 import inspect
 
 from .. import config
+from ..versions import TESTED
 from . import Binding, Patch
 
 OFFLOAD_FLAG = "--disaggregation-decode-enable-offload-kvcache"
@@ -129,7 +130,7 @@ PATCH = Patch(
         "SGLang's own per-token offload format, chunked by cpu_offloading_chunk_size, and scatter them back "
         "to the new slots, nothing else written; other pools reach the original unchanged."
     ),
-    upstream="unfixed in every release from 0.5.13.post1 to 0.5.23",
+    upstream="unfixed in every tested release",
     removal="when MHATokenToKVPool.get_cpu_copy / load_cpu_copy address SHUFFLE 5D buffers by (block, slot)",
     core=("sglang_kv5d.cpu_copy",),
 )
@@ -148,7 +149,7 @@ OFFLOAD_GUARD = Patch(
         "building the manager raises Kv5dNotReadyError naming the flag (a warning with "
         f"{config.STRICT}=0) before it allocates anything."
     ),
-    upstream="unfixed in every release from 0.5.13.post1 to 0.5.23 (HiCache transfers are NHD-only)",
+    upstream="unfixed in every tested release (HiCache transfers are NHD-only)",
     removal="when the decode offload manager's host pool and transfers address SHUFFLE 5D buffers",
-    sglang="0.5.13.post1 .. 0.5.23 (also installed on refused versions, to refuse)",
+    sglang=f"{TESTED} (also installed on refused versions, to refuse)",
 )

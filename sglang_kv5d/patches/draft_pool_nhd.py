@@ -14,6 +14,7 @@ import inspect
 from typing import Optional
 
 from .. import config
+from ..versions import tested_from
 from . import Binding, Patch
 
 _CONFIGURE = "kv_cache_configurator.KVCacheConfigurator.configure"
@@ -81,12 +82,13 @@ PATCH = Patch(
         f"{config.LAYOUT}=vectorized_5d (process-wide) the draft pool and the inner pools of a "
         "hybrid or SWA draft pool are 5D too. DFLASH's draft backend is triton on ROCm, whose kernels raise "
         "\"unexpected KV buffer ndim=5\"; the AITER draft paths view the cache as NHD. The patch runs a draft "
-        "worker's KVCacheConfigurator.configure in a draft scope and passes kv_cache_layout=\"nhd\" to every "
+        "worker's KVCacheConfigurator.configure (where every KV pool of a model runner is built; a draft "
+        "worker's configurator has is_draft_worker=True) in a draft scope and passes kv_cache_layout=\"nhd\" to every "
         "MHATokenToKVPool built there without an explicit label (an explicit label wins). The target's pools "
         "stay 5D, and the pool layout detection answers per runner from the physical buffers."
     ),
-    upstream="unfixed in every release from 0.5.16 to 0.5.23",
+    upstream="unfixed in every tested release from 0.5.16 on",
     removal="when draft pools take their layout from the draft attention backend",
-    sglang="0.5.16 .. 0.5.23",
+    sglang=tested_from("0.5.16"),
     core=("sglang_kv5d.speculative.draft_scope",),
 )

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 
 from .. import config
+from ..versions import TESTED
 from . import Binding, Patch
 
 logger = logging.getLogger("sglang_kv5d")
@@ -166,7 +167,7 @@ POOL_GUARD = Patch(
     ),
     upstream="n/a (overlay policy)",
     removal="never, while the overlay patches correctness",
-    sglang="0.5.13.post1 .. 0.5.23 (also installed on refused versions, to refuse)",
+    sglang=f"{TESTED} (also installed on refused versions, to refuse)",
 )
 
 BACKEND_GUARD = Patch(
@@ -190,5 +191,5 @@ BACKEND_GUARD = Patch(
     reads=("memory_pool.HybridLinearKVPool", "swa_memory_pool.SWAKVPool"),
     upstream="n/a (overlay policy)",
     removal="never, while the overlay patches correctness",
-    sglang="0.5.13.post1 .. 0.5.23 (also installed on refused versions, to refuse)",
+    sglang=f"{TESTED} (also installed on refused versions, to refuse)",
 )

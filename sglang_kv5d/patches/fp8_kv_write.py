@@ -52,7 +52,7 @@ from . import Binding, Patch
 logger = logging.getLogger("sglang_kv5d")
 
 _UNWRAP_LOC = "memory_pool.unwrap_write_loc"  # 0.5.16+: KVWriteLoc -> slots
-_CHECK_LOC = attr_name("memory_pool.KVCache._check_physical_write_loc")  # 0.5.23: SGLang's own check
+_CHECK_LOC = attr_name("memory_pool.KVCache._check_physical_write_loc")  # SGLang's own check, from 0.5.23
 
 
 _PLAN = "_kv5d_fp8_write_plan"  # per-pool cache of the static eligibility
@@ -218,7 +218,7 @@ PATCH = Patch(
         "to the original, with one warning per configuration, and that configuration is not tried again "
         "(sglang_kv5d.kernel_check)."
     ),
-    upstream="unfixed in every release from 0.5.13.post1 to 0.5.23",
+    upstream="unfixed in every tested release",
     removal="when upstream quantizes out of place, saturating, in one kernel for both layouts",
     reads=(
         "kernels.launch_reshape_and_cache_shuffle_5d",

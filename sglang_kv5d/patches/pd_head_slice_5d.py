@@ -3,7 +3,7 @@ pd-buffer-layouts (internal): what layout each registered KV region is in;
 fail-closed-pd-head-slice-nixl (internal): refuse NIXL's head slicing and the staging buffer over 5D.
 
 With prefill and decode at different attention-TP sizes, mooncake's
-``MooncakeKVManager.send_kvcache_slice`` (SGLang 0.5.13.post1 .. 0.5.23) moves
+``MooncakeKVManager.send_kvcache_slice`` (every tested SGLang) moves
 each decode rank's heads with one descriptor per TOKEN of every page, at NHD
 offsets ``page * item_len + token * row + head_start * head_row``. On a 5D page
 (K ``[H, D/X, page, X]``, V ``[H, page/X, D, X]``) those offsets land inside
@@ -323,7 +323,9 @@ _WHY = (
     "computes the heads each rank pair exchanges as SGLang's NHD math does (replicated KV heads included), "
     "checks the peer's TP size, rank and item length, and issues one descriptor per page and side through "
     "the same engine.batch_transfer_sync per layer side; NHD managers reach the original. With 5D requested "
-    "the staging buffer (set_kv_buffer_tensors) is refused, as is NIXL's head-sliced path "
+    f"the staging buffer is refused ({STAGING_ENV} hands the pool's K/V tensors to "
+    "set_kv_buffer_tensors, whose staging path gathers and scatters NHD [page, heads, head_dim] pages; "
+    "Kv5dNotReadyError names the flag and the fix), as is NIXL's head-sliced path "
     "(fail-closed-pd-head-slice-nixl)."
 )
 
@@ -339,7 +341,7 @@ PATCH = Patch(
         "NHD page; on a SHUFFLE 5D page those offsets are other heads' bytes (decode attention silently wrong)"
     ),
     why=_WHY,
-    upstream="unfixed in every release from 0.5.13.post1 to 0.5.23 (every head-sliced path assumes NHD pages)",
+    upstream="unfixed in every tested release (every head-sliced path assumes NHD pages)",
     removal="when SGLang's head-sliced PD transfer addresses SHUFFLE 5D pages (head-major within a page)",
     reads=("disagg_utils.build_transfer_entry_pairs",),
     core=("sglang_kv5d.disagg.head_slice",),
@@ -373,11 +375,12 @@ NIXL_GUARD = Patch(
     why=(
         "NixlKVManager._init_hetero_tp_prep_handle prepares, once per decode peer with another attention-TP "
         "size, descriptor lists of per-token head runs in NHD rows and send_kvcache_slice indexes them per "
-        "token; its staging path gathers NHD tensors. On SHUFFLE 5D pages both move other heads' bytes. When "
+        f"token; its staging path ({STAGING_ENV}, set_kv_buffer_tensors) gathers NHD tensors. On SHUFFLE 5D "
+        "pages both move other heads' bytes. When "
         f"{config.LAYOUT}=vectorized_5d and the manager's regions are 5D they raise Kv5dNotReadyError naming "
         "NIXL and the fix (equal attention-TP, or mooncake without staging); a warning with "
         f"{config.STRICT}=0."
     ),
-    upstream="unfixed in every release from 0.5.13.post1 to 0.5.23",
+    upstream="unfixed in every tested release",
     removal="when NIXL's heterogeneous-TP descriptor lists address SHUFFLE 5D pages",
 )

@@ -1,6 +1,6 @@
 """pd-layout-handshake: PD roles report their KV byte layout; the decode side refuses a mismatch.
 
-SGLang 0.5.23 carries one string per prefill rank through the bootstrap
+From 0.5.23 SGLang carries one string per prefill rank through the bootstrap
 server, ``kv_layout`` (``get_pd_kv_layout(pool)`` at ``_init_kv_manager`` of
 both roles, copied into ``kv_args.kv_layout`` and ``CommonKVManager.kv_layout``;
 the prefill's ``register_to_bootstrap`` sends it; the decode's
@@ -30,7 +30,7 @@ Two bindings:
   prefill that reports no layout is refused when this node is 5D and strict
   (``SGLANG_KV5D_STRICT``), else warned about once per address.
 
-What each side sees (0.5.23): the decode side sees the prefill's whole
+What each side sees (from 0.5.23): the decode side sees the prefill's whole
 registration (page size, kv_cache_dtype, kv_layout, attn_tp_size) and can
 detect every mismatch here. The prefill side sees only the decode's
 registration message (backend-specific frames: pointers, dst_tp_rank,
@@ -42,7 +42,7 @@ registers with the prefill only after this check), so no bytes move.
 Before 0.5.23 (0.5.16 .. 0.5.22) SGLang has no ``get_pd_kv_layout`` and no
 ``kv_layout`` in the bootstrap report: nothing can carry the layout, and the
 engine skips this patch there as "not applicable" (the surface row's
-``since`` is 0.5.23).
+``since`` says where it starts).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ import weakref
 
 from .. import config
 from ..disagg import layout as _layout
+from ..versions import tested_from
 from . import Binding, Patch
 
 logger = logging.getLogger("sglang_kv5d")
@@ -165,8 +166,9 @@ PATCH = Patch(
         "byte layout; the KV checksum signature is equal too"
     ),
     why=(
-        "SGLang 0.5.23's bootstrap handshake carries kv_layout from get_pd_kv_layout(pool), which answers only for "
-        "DeepSeekV4 pools; the decode side compares it only when both sides report one, and kv_layout_signature "
+        "From 0.5.23 SGLang's bootstrap handshake carries kv_layout from get_pd_kv_layout(pool), which answers only "
+        "for DeepSeekV4 pools; the decode side (CommonKVManager.try_ensure_parallel_info, reading the prefill's "
+        "PrefillServerInfo) compares it only when both sides report one, by string equality, and kv_layout_signature "
         "hashes it with the page size and SGLang's dtype string, which is fp8_e4m3 on MI300 (float8_e4m3fnuz) and "
         "on MI355 (float8_e4m3fn) alike. A SHUFFLE 5D page and an NHD page of the same geometry have the same "
         "bytes count, so the transfer moves 5D bytes that the decode node reads as NHD, and the checksum agrees. "
@@ -178,8 +180,8 @@ PATCH = Patch(
         f"reporting nothing is refused when this node is 5D and {config.STRICT} is on (warned otherwise). "
         "The refusal removes the prefill's cached report, so no transfer starts."
     ),
-    upstream="no MHA layout in the handshake in 0.5.23; no handshake field at all before 0.5.23",
+    upstream="no MHA layout in the handshake in any tested release; no handshake field at all before 0.5.23",
     removal="when SGLang reports and compares the physical KV layout and torch dtype of MHA pools in PD",
-    sglang="0.5.23 (the handshake field kv_layout does not exist before)",
+    sglang=tested_from("0.5.23") + " (the handshake field kv_layout does not exist before)",
     core=("sglang_kv5d.disagg.layout",),
 )

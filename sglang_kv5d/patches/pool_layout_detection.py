@@ -17,7 +17,7 @@ from . import Binding, Patch
 def apply_layout_flags(backend, is_5d: bool) -> None:
     """Set the backend's layout flags for a pool that is (or is not) 5D.
 
-    SGLang 0.5.23 keys every decode metadata / CUDA-graph site on
+    From 0.5.23 SGLang keys every decode metadata / CUDA-graph site on
     ``decode_uses_page_table``; recompute it. Before 0.5.23 the 2-D decode page
     table that pa_decode_gluon needs exists only when
     ``use_triton_unified_attention`` is set, so set it for 5D, and keep
@@ -59,7 +59,7 @@ PATCH = Patch(
         "has no kv_cache_layout attribute, so the backend reports NHD, runs NHD kernels and .view()s over 5D "
         "memory: the views succeed and attention is silently wrong. After __init__ this patch recomputes "
         "kv_cache_is_vectorized_5d from the physical buffers (a pool labelled 5D whose buffers are 4-D/3-D "
-        "unified-memory views does not count), then decode_uses_page_table (0.5.23) or "
+        "unified-memory views does not count), then decode_uses_page_table (from 0.5.23) or "
         "use_triton_unified_attention (older, with _use_unified_verify kept off). Where the loaded "
         "HybridLinearKVPool has a kv_cache_layout property (sglang#29009) and AiterAttnBackend.__init__ reads "
         "it and sets decode_uses_page_table, the patch stands down (state upstream); the fail-closed backend "
@@ -67,7 +67,7 @@ PATCH = Patch(
         "on a disagreement."
     ),
     applies=upstream_detects_layout,
-    upstream="unfixed in every release from 0.5.13.post1 to 0.5.23",
+    upstream="unfixed in every tested release",
     removal="when AiterAttnBackend detects 5D through composite pools itself",
     reads=("swa_memory_pool.SWAKVPool", "memory_pool.HybridLinearKVPool",
            "memory_pool.HybridLinearKVPool.kv_cache_layout"),

@@ -1,6 +1,6 @@
 """prefix-valid-write-5d: DFLASH / DSPARK commit writes into SHUFFLE 5D pools (defensive).
 
-Defensive: in SGLang 0.5.16 .. 0.5.23 every caller of
+Defensive: in every tested SGLang from 0.5.16 on, every caller of
 ``set_kv_buffer_prefix_valid`` (DFLASH's worker, both its per-layer and its
 fused path, and DSPARK's model) writes the *draft* model runner's pool, which
 ``draft-pool-nhd`` builds NHD; so in every configuration the support matrix
@@ -9,7 +9,7 @@ original. It is a safety net for a pool that is explicitly labelled 5D (an
 explicit ``kv_cache_layout`` wins over draft-pool-nhd), where the original
 would write out of bounds. No cell of the matrix needs it.
 
-``MHATokenToKVPool.set_kv_buffer_prefix_valid`` (SGLang 0.5.16 .. 0.5.23) has
+``MHATokenToKVPool.set_kv_buffer_prefix_valid`` (from SGLang 0.5.16) has
 no 5D branch. On CUDA / HIP its Triton kernels copy one row of ``row_dim``
 elements per committed token to ``buffer + loc * buffer.stride(0)``: right for
 NHD (slots, H, D) buffers, but under ``vectorized_5d`` ``stride(0)`` is a
@@ -42,6 +42,7 @@ from __future__ import annotations
 import inspect
 import logging
 
+from ..versions import tested_from
 from . import Binding, Patch
 
 logger = logging.getLogger("sglang_kv5d")
@@ -180,14 +181,14 @@ PATCH = Patch(
         "for them: an fp8 pool served by fp8-kv-write with a float input and scalar scales in one launch of the "
         "fused FP8 write (rows not committed get slot -1, which it skips; no host sync); anything else by "
         "selecting the committed rows and calling set_kv_buffer, SGLang's own 5D writer. Pools that are not 5D "
-        "reach the original unchanged. Defensive: in SGLang 0.5.16 .. 0.5.23 every caller (DFLASH's worker, per "
+        "reach the original unchanged. Defensive: in every tested SGLang from 0.5.16 on, every caller (DFLASH's worker, per "
         "layer and fused, and DSPARK's model) writes the draft model runner's pool, which draft-pool-nhd builds "
         "NHD, so in the configurations the support matrix allows the call reaches the original; the patch is a "
         "safety net for a pool explicitly labelled 5D (an explicit kv_cache_layout wins over draft-pool-nhd). "
         "Not required for 5D, and no cell of the matrix needs it."
     ),
-    upstream="unfixed in every release from 0.5.16 to 0.5.23",
+    upstream="unfixed in every tested release from 0.5.16 on",
     removal="when set_kv_buffer_prefix_valid addresses SHUFFLE 5D buffers by (block, slot)",
-    sglang="0.5.16 .. 0.5.23",
+    sglang=tested_from("0.5.16"),
     core=("sglang_kv5d.prefix_valid", "sglang_kv5d.kernels.fp8_write"),
 )

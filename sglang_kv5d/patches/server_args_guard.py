@@ -15,6 +15,7 @@ import importlib
 import sys
 
 from .. import surface
+from ..versions import TESTED
 from . import Binding, Patch
 
 _REGISTER = "resolution_hooks.register_resolution_hook"  # surface rows this patch reads
@@ -90,7 +91,7 @@ PATCH = Patch(
     ),
     upstream="SGLang validates none of these combinations in any release",
     removal="when SGLang validates the 5D layout's incompatibilities itself",
-    sglang="0.5.13.post1 .. 0.5.23 (resolution hook from 0.5.20)",
+    sglang=f"{TESTED} (resolution hook from 0.5.20)",
     reads=("resolution_hooks.register_resolution_hook", "resolution_hooks._HOOKS", "arg_groups.resolving_view"),
     core=("sglang_kv5d.rules",),
 )

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 
 from .. import surface
+from ..versions import tested_from
 from . import Binding, Patch
 
 FLAG = "_kv5d_target_verify_5d"
@@ -224,11 +225,11 @@ PATCH = Patch(
         "relies on (decode_uses_page_table) exists from 0.5.23; on older releases the backend hook leaves "
         "verify alone and rule KV5D005 refuses speculative decoding."
     ),
-    upstream=("unfixed in every release from 0.5.13.post1 to 0.5.23; the verify-table overflow at the context "
+    upstream=("unfixed in every tested release; the verify-table overflow at the context "
               "limit hits NHD unified verify too"),
     removal=("when AiterAttnBackend's target_verify branch dispatches 5D caches to a 5D kernel and its verify "
              "tables are sized for the drafts"),
-    sglang="0.5.23",
+    sglang=tested_from("0.5.23"),
     reads=("memory_pool.KVWriteLoc.for_layer",),
     core=("sglang_kv5d.speculative.verify",),
 )

@@ -4,6 +4,7 @@ patches 5D needs can apply to it (KV5D011)."""
 from __future__ import annotations
 
 from .. import config as _config
+from ..versions import BEST_EFFORT_RANGE, SUPPORTED_RANGE
 from .context import ALLOW_UNTESTED_ENV, Context
 from .registry import ERROR, Rule, rule as _rule
 
@@ -12,9 +13,9 @@ from .registry import ERROR, Rule, rule as _rule
     "KV5D010",
     ERROR,
     "SGLang version outside the supported range",
-    """
-    sglang-kv5d supports SGLang 0.5.16 .. 0.5.23, and 0.5.13.post1 ..
-    0.5.15.post1 on a best-effort basis; older releases have no vectorized_5d
+    f"""
+    sglang-kv5d supports SGLang {SUPPORTED_RANGE[0]} .. {SUPPORTED_RANGE[1]}, and {BEST_EFFORT_RANGE[0]} ..
+    {BEST_EFFORT_RANGE[1]} on a best-effort basis; older releases have no vectorized_5d
     code to fix, and newer ones are untested (refused unless
     `SGLANG_KV5D_ALLOW_UNTESTED=1`). On the best-effort releases, ROCm forces
     the Mamba radix-cache strategy to `no_buffer`, which forces `page_size=1`,
@@ -26,7 +27,7 @@ from .registry import ERROR, Rule, rule as _rule
     is a linear-attention hybrid (judged from `<model-path>/config.json`, or the
     name when the path is not local) and the radix cache is on.
     """,
-    fix='install SGLang 0.5.16 .. 0.5.23; on 0.5.13.post1 .. 0.5.15.post1 with a hybrid model add --disable-radix-cache; SGLANG_KV5D_ALLOW_UNTESTED=1 tries a newer SGLang at your own risk.',
+    fix=f'install SGLang {SUPPORTED_RANGE[0]} .. {SUPPORTED_RANGE[1]}; on {BEST_EFFORT_RANGE[0]} .. {BEST_EFFORT_RANGE[1]} with a hybrid model add --disable-radix-cache; SGLANG_KV5D_ALLOW_UNTESTED=1 tries a newer SGLang at your own risk.',
 )
 def _kv5d010(ctx: Context, rule: Rule):
     from ..versions import BEST_EFFORT, SUPPORTED_RANGE, verdict

@@ -8,7 +8,7 @@ run on a ``vectorized_5d`` target?" over every dimension the overlay knows:
     draft tokens   --speculative-num-draft-tokens / --speculative-num-steps / --speculative-dflash-block-size
     target window  the model's sliding window (SWA pools)
     MLA            the model's attention (known only once the backend is built)
-    the other speculative options SGLang 0.5.23 has (:data:`OPTIONS`, each classified)
+    the other speculative options the newest tested SGLang has (:data:`OPTIONS`, each classified)
     SGLang release and the overlay's patches the cell needs
 
 Who reads it:
@@ -145,7 +145,7 @@ class Option:
     refuses: Optional[Callable[[Any], bool]] = field(default=None, compare=False)
 
 
-# Every option of SGLang 0.5.23's parser whose name matches SPEC_OPTION_PATTERN;
+# Every option of the newest tested SGLang's parser whose name matches SPEC_OPTION_PATTERN;
 # tests/test_speculative_matrix.py fails, naming it, for one this table lacks.
 SPEC_OPTION_PATTERN = re.compile(r"spec|draft|eagle|ngram|dflash|dspark|domino|mtp|^uno_")
 OPTIONS: Dict[str, Option] = {

@@ -1,4 +1,12 @@
-"""The surface table's row type and actions (see sglang_kv5d.surface)."""
+"""The surface table's row type and actions (see sglang_kv5d.surface).
+
+A row says where an SGLang object is and what shape it must have: its id,
+targets, action, accepted parameters, from-import copies and the release it
+appeared in. Why it is patched, since when upstream is wrong and when the patch
+can go are the owning Patch's (``problem`` / ``why`` / ``upstream`` /
+``removal``, rendered into patches/<name>.toml); each Patch names its rows in
+its bindings. A READ row's purpose is the comment above it in reads.py.
+"""
 
 from __future__ import annotations
 
@@ -16,9 +24,6 @@ class Surface:
     targets: Tuple[str, ...]
     action: str
     params: Optional[Tuple[Tuple[str, ...], ...]]
-    why: str
-    upstream: str
-    removal: str
     copies: Tuple[str, ...] = ()
     # What SGLang computes when the module is imported and a later activation
     # cannot change (reported by activate() when the module was already loaded).

@@ -17,9 +17,6 @@ SURFACE = Surface(
     targets=("sglang.srt.utils.common:get_bool_env_var",),
     action=REPLACE,
     params=(("name", "default"),),
-    why="test-only engine probe",
-    upstream="n/a",
-    removal="n/a",
 )
 
 

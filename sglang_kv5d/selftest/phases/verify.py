@@ -33,7 +33,7 @@ def run(run) -> None:
     for case in run.cases.values():
         if not getattr(case.backend, FLAG, False):
             run.result(NAME, case.name).skipped = (
-                "target-verify-5d is not on for this backend (needs SGLang 0.5.23, a 5D non-MLA pool, topk 1)"
+                "target-verify-5d is not on for this backend (needs SGLang 0.5.23 or later, a 5D non-MLA pool, topk 1)"
             )
             continue
         _prepare(run, case, n)
