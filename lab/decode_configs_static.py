@@ -83,9 +83,9 @@ def main(argv=None) -> int:
 
     force = os.environ.get("KV5D_FORCE_MASK_TILE")
     if force in ("0", "1"):  # compile with the bad-block handling of the other kind (static comparison only)
-        from sglang_kv5d.kernels import attention_5d
+        from sglang_kv5d.kernels.attention_5d import decode
 
-        attention_5d._mask_tile = lambda t, bd, fp8, rows=16: force == "1"
+        decode.mask_tile = lambda t, bd, fp8, rows=16: force == "1"  # the name the launcher calls
     jobs = []
     if args.case:
         cfgs = json.loads(args.configs) if args.configs else [None]

@@ -8,10 +8,12 @@ its packed speculative verify, one process, CUDA-graph replay medians
 Kernel variants timed side by side in every row:
   head       an earlier commit's module, for comparison: here, before the call,
              mkdir -p .device/head && git rev-parse --short C > .device/head/COMMIT &&
-             git show C:sglang_kv5d/kernels/attention_5d.py > .device/head/attention_5d_head.py
+             git archive C sglang_kv5d/kernels/attention_5d | tar -x --strip-components=2 -C .device/head
+             (a package, .device/head/attention_5d/; before the package split:
+             git show C:sglang_kv5d/kernels/attention_5d.py > .device/head/attention_5d_head.py)
              and carry .device (absent: head is left out)
-  cur        the working tree's module (sglang_kv5d.kernels.attention_5d)
-  nobounds   cur with the block-id check compiled out (a copy whose _block_ok
+  cur        the working tree's package (sglang_kv5d.kernels.attention_5d)
+  nobounds   cur with the block-id check compiled out (a copy whose block_ok
              accepts every id: what the bounds check costs; measurement only)
   cur@CFG    cur with another launch configuration (_config) or split count
 
@@ -87,32 +89,60 @@ def _out(fh, row):
     print(json.dumps(row)[:400], flush=True)
 
 
-def _load_copy(name, src):
-    src = src.replace("from ..platform import", "from sglang_kv5d.platform import")
-    src = src.replace("from .. import config", "from sglang_kv5d import config")
-    path = f"/tmp/kv5d_variants/{name}.py"
+def _absolute(src):
+    """A kernels module's source with its imports from the rest of sglang_kv5d made absolute."""
+    for rel in ("...platform import", "..platform import"):  # package modules, the old single module
+        src = src.replace(f"from {rel}", "from sglang_kv5d.platform import")
+    for rel in ("from ... import config", "from .. import config"):
+        src = src.replace(rel, "from sglang_kv5d import config")
+    return src
+
+
+def _load_copy(name, sources):
+    """Import ``sources`` ({file name: text}; one file: a module, several: a
+    package with its __init__.py) under ``name``, from a copy in /tmp."""
+    if len(sources) == 1:
+        path = f"/tmp/kv5d_variants/{name}.py"
+        locations = None
+    else:
+        path = f"/tmp/kv5d_variants/{name}/__init__.py"
+        locations = [os.path.dirname(path)]
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location(name, path)
+    for fname, src in sources.items():
+        with open(os.path.join(os.path.dirname(path), fname if locations else os.path.basename(path)), "w") as f:
+            f.write(_absolute(src))
+    spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=locations)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
 
 
+def _package_sources(directory):
+    out = {}
+    for fname in sorted(os.listdir(directory)):
+        if fname.endswith(".py"):
+            with open(os.path.join(directory, fname)) as f:
+                out[fname] = f.read()
+    return out
+
+
 def _modules():
     from sglang_kv5d.kernels import attention_5d as cur
 
     MODS["cur"] = cur
-    src = inspect.getsource(cur)
+    sources = _package_sources(os.path.dirname(inspect.getfile(cur)))
     old = "    ok = (blk >= 0) & (blk < n_blocks)\n"
-    assert old in src, "the _block_ok body changed: update lab/h200_gaps.py"
-    MODS["nobounds"] = _load_copy("attention_5d_nobounds", src.replace(old, "    ok = blk == blk\n"))
+    assert old in sources["kernel_common.py"], "the block_ok body changed: update lab/h200_gaps.py"
+    sources["kernel_common.py"] = sources["kernel_common.py"].replace(old, "    ok = blk == blk\n")
+    MODS["nobounds"] = _load_copy("attention_5d_nobounds", sources)
+    head_dir = os.path.join(ROOT, ".device", "head", "attention_5d")
     head = os.path.join(ROOT, ".device", "head", "attention_5d_head.py")
-    if os.path.exists(head):
+    if os.path.isdir(head_dir):
+        MODS["head"] = _load_copy("attention_5d_head", _package_sources(head_dir))
+    elif os.path.exists(head):
         with open(head) as f:
-            MODS["head"] = _load_copy("attention_5d_head", f.read())
+            MODS["head"] = _load_copy("attention_5d_head", {"attention_5d_head.py": f.read()})
 
 
 def _case(bs, ctx, geom, kv, seed=0):

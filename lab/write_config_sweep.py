@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Compile candidate launch configurations of the fused FP8 KV write for an
 AMD arch (or sm_90) on this CPU and print the compiler's figures, so that the
-AMD rules in ``fp8_write._launch_config_amd`` can be re-derived.
+AMD rules in ``fp8_write.config._launch_config_amd`` can be re-derived.
 
     PYTHONPATH=.cache/triton/3.9.0:. python lab/write_config_sweep.py --arch gfx942 [--buffer-ops on|off|both]
         [--candidates default,bytes,...] [--layouts 5d,nhd] [--tokens 1,16,...] [--pages 16,32,64]

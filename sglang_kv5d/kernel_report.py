@@ -383,7 +383,7 @@ def run_cases(target, selected: Sequence[Case], *, buffer_ops: Optional[bool]) -
         try:
             with compiling_for(target, buffer_ops=buffer_ops) as launches:
                 case.run(target)
-        except Exception as exc:  # noqa: BLE001 - a failing compile is a row, not a crash
+        except Exception as exc:  # noqa: BLE001 - a compile fails with any error type: a row, not a crash
             rows.append(dict(base, ok=False, error=_first_line(exc), name=case.kernel))
             continue
         for launch in launches:

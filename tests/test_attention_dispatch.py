@@ -542,7 +542,7 @@ def real_kernels(monkeypatch):
     if not torch.cuda.is_available():
         monkeypatch.setenv("TRITON_INTERPRET", "1")  # also read at call time by the wrappers
         mod = sys.modules.get(name)
-        if mod is not None and type(mod._decode_5d_kernel).__name__ != "InterpretedFunction":
+        if mod is not None and type(mod.DECODE_KERNEL).__name__ != "InterpretedFunction":
             pytest.skip("attention_5d was imported without TRITON_INTERPRET on a CPU-only host")
     mod = importlib.import_module(name)
     for n in ("decode_attention_5d", "extend_attention_5d"):

@@ -50,8 +50,8 @@ class LaunchCounter:
 @pytest.fixture
 def launches(monkeypatch):
     kernel_check.reset()
-    counter = LaunchCounter(fp8_write._write_kv_fp8_kernel)
-    monkeypatch.setattr(fp8_write, "_write_kv_fp8_kernel", counter)
+    counter = LaunchCounter(fp8_write.WRITE_KERNEL)
+    monkeypatch.setattr(fp8_write.host, "WRITE_KERNEL", counter)
     yield counter
     kernel_check.reset()
 

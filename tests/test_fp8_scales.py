@@ -48,9 +48,9 @@ def _case(layout, gen):
 
 @pytest.fixture(autouse=True)
 def _fresh_checks():
-    fp8_write._CHECKED_SCALES.clear()
+    fp8_write.host._CHECKED_SCALES.clear()
     yield
-    fp8_write._CHECKED_SCALES.clear()
+    fp8_write.host._CHECKED_SCALES.clear()
 
 
 @pytest.mark.parametrize("layout", ["5d", "nhd"])
@@ -94,8 +94,8 @@ def test_a_tensor_is_read_once_per_version(monkeypatch):
     (a fresh ``reshape(1)`` view of the same parameter counts as the parameter)
     and again only after an in-place change, which is checked at the next call."""
     reads = []
-    real = fp8_write._read_scale
-    monkeypatch.setattr(fp8_write, "_read_scale", lambda t: reads.append(1) or real(t))
+    real = fp8_write.host._read_scale
+    monkeypatch.setattr(fp8_write.host, "_read_scale", lambda t: reads.append(1) or real(t))
     gen = torch.Generator().manual_seed(4)
     k, v, kc, vc, loc = _case("5d", gen)
     ks = torch.nn.Parameter(torch.tensor(0.5), requires_grad=False)  # a layer's k_scale: 0-d
@@ -117,8 +117,8 @@ def test_a_tensor_is_read_once_per_version(monkeypatch):
 
 def test_two_scales_viewed_out_of_one_tensor_are_read_once_each(monkeypatch):
     reads = []
-    real = fp8_write._read_scale
-    monkeypatch.setattr(fp8_write, "_read_scale", lambda t: reads.append(1) or real(t))
+    real = fp8_write.host._read_scale
+    monkeypatch.setattr(fp8_write.host, "_read_scale", lambda t: reads.append(1) or real(t))
     gen = torch.Generator().manual_seed(6)
     k, v, kc, vc, loc = _case("nhd", gen)
     both = torch.tensor([0.5, 2.0])  # k and v scales in one tensor (e.g. a fused checkpoint entry)
@@ -131,7 +131,7 @@ def test_a_dead_tensor_leaves_no_entry():
     gen = torch.Generator().manual_seed(5)
     k, v, kc, vc, loc = _case("nhd", gen)
     fp8_write.write_kv_fp8(k, v, kc, vc, loc, torch.tensor([0.5]), torch.tensor([2.0]), fp8_dtype=FN)
-    assert not fp8_write._CHECKED_SCALES, "entries of freed scale tensors must go"
+    assert not fp8_write.host._CHECKED_SCALES, "entries of freed scale tensors must go"
 
 
 # --------------------------------------------------------------------------- through the patch, real SGLang pools
@@ -165,14 +165,14 @@ def test_the_patch_refuses_a_bad_scale_naming_the_layer(monkeypatch, overlay, ca
         enable_5d(monkeypatch)
     pool = make_mha_pool(dtype=FN, page_size=16, head_num=1, head_dim=64, layer_num=2, size=64)
     launches = []
-    real = fp8_write._write_kv_fp8_kernel
+    real = fp8_write.WRITE_KERNEL
 
     class Counting:
         def __getitem__(self, grid):
             launches.append(grid)
             return real[grid]
 
-    monkeypatch.setattr(fp8_write, "_write_kv_fp8_kernel", Counting())
+    monkeypatch.setattr(fp8_write.host, "WRITE_KERNEL", Counting())
     for buf in (pool.k_buffer[1], pool.v_buffer[1]):
         buf.view(torch.uint8).fill_(0x5A)
     k = torch.randn(4, 1, 64).to(torch.bfloat16)
@@ -197,8 +197,8 @@ def test_the_patch_reads_a_layers_scale_once(monkeypatch, overlay):
 
     enable_5d(monkeypatch)
     reads = []
-    real = fp8_write._read_scale
-    monkeypatch.setattr(fp8_write, "_read_scale", lambda t: reads.append(1) or real(t))
+    real = fp8_write.host._read_scale
+    monkeypatch.setattr(fp8_write.host, "_read_scale", lambda t: reads.append(1) or real(t))
     pool = make_mha_pool(dtype=FN, page_size=16, head_num=1, head_dim=64, layer_num=1, size=64)
     ks = torch.nn.Parameter(torch.tensor(0.5), requires_grad=False)
     vs = torch.nn.Parameter(torch.tensor(2.0), requires_grad=False)

@@ -121,7 +121,7 @@ def test_launch_failure_gives_sglangs_result_once(monkeypatch, overlay, caplog, 
     pool = factory()  # the check before traffic ran with the real kernel (5D) and passed
     make, text = ERRORS[error]
     failing = FailingLaunch(make)
-    monkeypatch.setattr(fp8_write, "_write_kv_fp8_kernel", failing)
+    monkeypatch.setattr(fp8_write.host, "WRITE_KERNEL", failing)
     layer = types.SimpleNamespace(layer_id=1)
     k, v = _inputs(20, 2, 64, seed=1)
     loc = torch.arange(30, 50)
@@ -150,7 +150,7 @@ def test_hybrid_pool_falls_back_through_its_inner_pool(monkeypatch, overlay, cap
     factory = lambda: make_hybrid_pool(dtype=FP8, page_size=16, head_num=1, head_dim=64)  # noqa: E731
     pool = factory()
     failing = FailingLaunch(compile_error)
-    monkeypatch.setattr(fp8_write, "_write_kv_fp8_kernel", failing)
+    monkeypatch.setattr(fp8_write.host, "WRITE_KERNEL", failing)
     k, v = _inputs(17, 1, 64, seed=3)
     loc = torch.arange(16, 33)
     with caplog.at_level(logging.WARNING, logger="sglang_kv5d"):
@@ -170,14 +170,14 @@ def test_validation_errors_are_not_kernel_failures(monkeypatch, overlay, caplog)
     enable_5d(monkeypatch)
     pool = make_mha_pool(dtype=FP8, page_size=16, head_num=1, head_dim=64, layer_num=1, size=64)
     calls = []
-    real = fp8_write._write_kv_fp8_kernel
+    real = fp8_write.WRITE_KERNEL
 
     class Counting:
         def __getitem__(self, grid):
             calls.append(grid)
             return real[grid]
 
-    monkeypatch.setattr(fp8_write, "_write_kv_fp8_kernel", Counting())
+    monkeypatch.setattr(fp8_write.host, "WRITE_KERNEL", Counting())
     k, v = _inputs(4, 1, 64, seed=4)
     layer = types.SimpleNamespace(layer_id=0)
     strided = torch.empty(4, 1, 128, dtype=k.dtype)[:, :, ::2]
@@ -197,7 +197,7 @@ def test_validation_errors_are_not_kernel_failures(monkeypatch, overlay, caplog)
 def test_pool_whose_kernel_cannot_compile_logs_the_fallback_at_creation(monkeypatch, overlay, caplog):
     enable_5d(monkeypatch)
     failing = FailingLaunch(compile_error)
-    monkeypatch.setattr(fp8_write, "_write_kv_fp8_kernel", failing)
+    monkeypatch.setattr(fp8_write.host, "WRITE_KERNEL", failing)
     factory = lambda: make_mha_pool(dtype=FP8, page_size=16, head_num=2, head_dim=128, layer_num=1, size=64)  # noqa: E731
     with caplog.at_level(logging.WARNING, logger="sglang_kv5d"):
         pool = factory()
@@ -221,14 +221,14 @@ def test_pool_whose_kernel_cannot_compile_logs_the_fallback_at_creation(monkeypa
 def test_check_runs_once_per_configuration_and_states_its_cost(monkeypatch, overlay, caplog):
     enable_5d(monkeypatch)
     attempts = []
-    real = fp8_write._write_kv_fp8_kernel
+    real = fp8_write.WRITE_KERNEL
 
     class Counting:
         def __getitem__(self, grid):
             attempts.append(grid)
             return real[grid]
 
-    monkeypatch.setattr(fp8_write, "_write_kv_fp8_kernel", Counting())
+    monkeypatch.setattr(fp8_write.host, "WRITE_KERNEL", Counting())
     with caplog.at_level(logging.INFO, logger="sglang_kv5d"):
         make_mha_pool(dtype=FP8, page_size=16, head_num=1, head_dim=64, layer_num=1, size=64)
         make_mha_pool(dtype=FP8, page_size=16, head_num=1, head_dim=64, layer_num=3, size=256)  # same shapes
@@ -241,7 +241,7 @@ def test_check_runs_once_per_configuration_and_states_its_cost(monkeypatch, over
 def test_no_check_without_5d(monkeypatch, overlay):
     enable_5d(monkeypatch, "nhd")
     failing = FailingLaunch(compile_error)
-    monkeypatch.setattr(fp8_write, "_write_kv_fp8_kernel", failing)
+    monkeypatch.setattr(fp8_write.host, "WRITE_KERNEL", failing)
     make_mha_pool(dtype=FP8, page_size=16, head_num=1, head_dim=64, layer_num=1, size=64)
     assert failing.attempts == 0 and kernel_check.failures() == {}
 
@@ -316,7 +316,7 @@ def test_portable_validation_errors_propagate(monkeypatch, fake_aiter):
 
     def refuses(*args, **kwargs):
         # a host check of the overlay's own code raises (here: the FP8 write's scale check)
-        fp8_write._check_scale("k_scale", 1e-40, torch.device("cpu"))
+        fp8_write.host._check_scale("k_scale", 1e-40, torch.device("cpu"))
 
     monkeypatch.setitem(vars(kernels), "decode_attention_5d", refuses)
     s = build(monkeypatch)
@@ -419,7 +419,7 @@ def test_first_failure_inside_a_capture_falls_back_and_says_so(monkeypatch, over
     factory = lambda: make_mha_pool(dtype=FP8, page_size=16, head_num=1, head_dim=64, layer_num=1, size=64)  # noqa: E731
     pool = factory()
     failing = FailingLaunch(ERRORS["driver"][0])
-    monkeypatch.setattr(fp8_write, "_write_kv_fp8_kernel", failing)
+    monkeypatch.setattr(fp8_write.host, "WRITE_KERNEL", failing)
     monkeypatch.setattr(kernel_check, "capturing", lambda: True)
     k, v = _inputs(2, 1, 64, seed=6)
     loc = torch.tensor([7, 8])

@@ -177,8 +177,8 @@ class LaunchCounter:
 
 @pytest.fixture
 def fused_launches(monkeypatch):
-    counter = LaunchCounter(fp8_write._write_kv_fp8_kernel)
-    monkeypatch.setattr(fp8_write, "_write_kv_fp8_kernel", counter)
+    counter = LaunchCounter(fp8_write.WRITE_KERNEL)
+    monkeypatch.setattr(fp8_write.host, "WRITE_KERNEL", counter)
     return counter
 
 
@@ -399,7 +399,7 @@ def test_a_failing_fused_kernel_is_recorded_and_not_tried_again(monkeypatch, ove
                 raise RuntimeError("launch failed (test)")
             return launch
 
-    monkeypatch.setattr(fp8_write, "_write_kv_fp8_kernel", Broken())
+    monkeypatch.setattr(fp8_write.host, "WRITE_KERNEL", Broken())
     _commit(ours.pool, 1, LOC, LENS, k, v, 0.5, 2.0, monkeypatch)
     assert len(tries) == 1 and kernel_check.FAILED
     _commit(ours.pool, 1, LOC, LENS, k, v, 0.5, 2.0, monkeypatch)

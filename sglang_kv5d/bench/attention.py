@@ -146,7 +146,7 @@ def _aiter_decode(row, aiter, case, q, out, ours, sm_scale, scale, nbytes, bw, e
         fn()
         torch.cuda.synchronize()
         row["aiter_us"] = _time(fn, est)
-    except Exception as exc:  # noqa: BLE001 - reported in the row
+    except Exception as exc:  # noqa: BLE001 - a peer fails with any error: reported in the row
         row["aiter_note"] = "failed: " + aiter_peers.error_line(exc)
         return
     row["aiter_splits"] = splits

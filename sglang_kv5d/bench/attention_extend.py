@@ -74,7 +74,7 @@ def run_extend_row(bs, new, prefix, geom, kv, *, aiter, device="cuda", check=Tru
     try:
         res = call()
         torch.cuda.synchronize()
-    except Exception as exc:  # noqa: BLE001 - reported in the row
+    except Exception as exc:  # noqa: BLE001 - a peer fails with any error: reported in the row
         row["aiter_note"] = "failed: " + aiter_peers.error_line(exc)
         return row
     try:

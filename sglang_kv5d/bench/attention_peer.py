@@ -55,7 +55,7 @@ def peer_split_times(peer, q, nhd, out, sm_scale, splits, time_fn) -> dict:
         fn = peer_call(peer, q, *nhd, out, s, sm_scale)
         try:
             tried[s] = time_fn(fn)
-        except Exception as exc:  # noqa: BLE001 - reported to the caller
+        except Exception as exc:  # noqa: BLE001 - a peer fails with any error: reported to the caller
             tried[s] = f"error: {type(exc).__name__}: {exc}"[:200]
     return tried
 

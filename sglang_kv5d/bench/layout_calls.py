@@ -265,7 +265,7 @@ def time_cells(cells: dict, time_fn: Callable[[Callable], float]) -> Dict[Tuple[
                 try:
                     t = time_fn(fn)
                     tried[s] = t["us"] if isinstance(t, dict) else t
-                except Exception as exc:  # noqa: BLE001 - reported in the cell
+                except Exception as exc:  # noqa: BLE001 - a peer fails with any error: reported in the cell
                     tried[s] = "failed: " + error_line(exc)
             ok = [(us, s) for s, us in tried.items() if not isinstance(us, str)]
             if ok:
@@ -277,7 +277,7 @@ def time_cells(cells: dict, time_fn: Callable[[Callable], float]) -> Dict[Tuple[
             try:
                 t = time_fn(cell)
                 res[key] = dict(t) if isinstance(t, dict) else {"us": t}
-            except Exception as exc:  # noqa: BLE001 - reported in the cell
+            except Exception as exc:  # noqa: BLE001 - a peer fails with any error: reported in the cell
                 res[key] = {"note": "failed: " + error_line(exc)}
     return res
 

@@ -43,7 +43,7 @@ def resolve(surface_id: str, importer: Callable[[str], Any] = importlib.import_m
             obj = importer(module)
             for part in path:
                 obj = getattr(obj, part)
-        except Exception as exc:  # noqa: BLE001 - every failure is named
+        except Exception as exc:  # noqa: BLE001 - an SGLang import fails with any error: each is named
             errors.append(f"{module}: {type(exc).__name__}: {exc}")
             continue
         return obj, module
@@ -106,7 +106,7 @@ def decode_peer(environ: Optional[Mapping[str, str]] = None,
     attr = split_target(SURFACES[DECODE_PEER].targets[0])[1][-1]
     try:
         fn = getattr(importer(f"{COPY_PACKAGE}.decode_attention"), attr)
-    except Exception as exc:  # noqa: BLE001 - reported with the directory
+    except Exception as exc:  # noqa: BLE001 - a copied module fails with any error: reported with the directory
         raise RuntimeError(f"{config.PEER_PATH}={path}: no usable {COPY_PACKAGE}/decode_attention.py there "
                            f"({type(exc).__name__}: {exc}); rerun `python lab/prepare_peers.py`") from None
     src = ""

@@ -76,8 +76,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..speculative.verify_tables import check_verify_table_args
 from ..platform import KernelTarget, target_of
+from .verify_table_args import check_verify_table_args
 
 __all__ = ["verify_page_tables", "launch_checked", "launch_config", "verify_table_refusal", "failure_key",
            "key_text", "VerifyTableKey", "MAX_BLOCK", "MAX_WIDTH"]

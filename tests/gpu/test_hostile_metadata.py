@@ -134,9 +134,9 @@ def _write_case(ref, layout, fp8_dtype, T=512, H=2, D=128, page=64, nb=16, seed=
 
 @pytest.fixture(autouse=True)
 def _fresh_scale_checks(fw):
-    fw._CHECKED_SCALES.clear()
+    fw.host._CHECKED_SCALES.clear()
     yield
-    fw._CHECKED_SCALES.clear()
+    fw.host._CHECKED_SCALES.clear()
 
 
 @pytest.mark.parametrize("encoder", ["auto", "bits"])

@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from sglang_kv5d.kernels import attention_5d as A  # noqa: E402
+from sglang_kv5d.kernels.attention_5d.kernel_common import fp8_to_f16  # noqa: E402
 from sglang_kv5d.kernels.attention_reference import (  # noqa: E402
     decode_attention_5d_ref,
     extend_attention_5d_ref,
@@ -258,7 +259,7 @@ def test_default_splits_from_shapes_only(monkeypatch):
     assert A.default_num_splits(128, 8, 1, 32768, dev) == 1
     assert A.default_num_splits(1, 1, 1, 16, dev) == 1
     # the H200's 132 SMs: the choices measured in docs/benchmarks.md
-    monkeypatch.setattr(A, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(A.config, "_sm_count", lambda device: 132)
     assert A.default_num_splits(1, 1, 1, 1024, dev) == 32  # 32 tokens per split, under one wave
     assert A.default_num_splits(1, 1, 1, 8192, dev) == 132  # one wave of 62-token splits
     assert A.default_num_splits(1, 2, 1, 8192, dev) == 128  # 64 tokens per split
@@ -280,12 +281,12 @@ def test_default_splits_from_shapes_only(monkeypatch):
 def test_decode_config_takes_64_token_tiles_where_pages_allow():
     # every dtype and head dim, pages of 64: 64-token tiles, 3 stages, no register cap
     for D, X, fp8 in ((256, 8, False), (256, 16, True), (128, 8, False), (128, 16, True)):
-        assert A._decode_config(D, 4, 64, X, fp8) == (64, 16, 4, 3, True)
+        assert A.config._decode_config(D, 4, 64, X, fp8) == (64, 16, 4, 3, True)
     # pages of 32 / 16: tiles no longer than a page
-    assert A._decode_config(256, 8, 32, 8, False)[0] == 32
-    assert A._decode_config(256, 8, 16, 16, True)[0] == 16
+    assert A.config._decode_config(256, 8, 32, 8, False)[0] == 32
+    assert A.config._decode_config(256, 8, 16, 16, True)[0] == 16
     # 64 query heads per KV head at D=256: 8 warps
-    assert A._decode_config(256, 64, 64, 8, False)[:3] == (64, 64, 8)
+    assert A.config._decode_config(256, 64, 64, 8, False)[:3] == (64, 64, 8)
 
 
 def test_register_cap_is_ignored_off_nvidia():
@@ -363,7 +364,7 @@ def test_layout_errors():
 # ----------------------------------------------------------------------------- fp8 decode
 
 
-@pytest.mark.parametrize("fdt,mode", [(FN, A._FP8_EMU_E4M3FN), (FNUZ, A._FP8_EMU_E4M3FNUZ)])
+@pytest.mark.parametrize("fdt,mode", [(FN, A.kernel_common.FP8_EMU_E4M3FN), (FNUZ, A.kernel_common.FP8_EMU_E4M3FNUZ)])
 def test_fp8_integer_decode_bit_exact(fdt, mode):
     import triton
     import triton.language as tl
@@ -372,7 +373,7 @@ def test_fp8_integer_decode_bit_exact(fdt, mode):
     def _k(X, Y, MODE: tl.constexpr, MUL: tl.constexpr):
         r = tl.arange(0, 256)
         x = tl.load(X + r)
-        y = A._fp8_to_f16(x, MODE).to(tl.float32) * MUL
+        y = fp8_to_f16(x, MODE).to(tl.float32) * MUL
         tl.store(Y + r, y)
 
     codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
@@ -589,17 +590,17 @@ def test_packed_verify_config_at_d256_takes_128_row_tiles():
     too; fewer rows and decode keep their tiles."""
     from sglang_kv5d.platform import known_target
 
-    assert A._decode_config(256, 128, 64, 8, False, packed=True) == (32, 128, 8, 2, True)
-    assert A._decode_config(256, 128, 64, 16, True, packed=True) == (32, 128, 8, 2, True)
-    assert A._decode_config(256, 256, 64, 16, True, packed=True) == (32, 128, 8, 2, True)
-    assert A._decode_config(256, 128, 16, 8, False, packed=True)[0] == 16
+    assert A.config._decode_config(256, 128, 64, 8, False, packed=True) == (32, 128, 8, 2, True)
+    assert A.config._decode_config(256, 128, 64, 16, True, packed=True) == (32, 128, 8, 2, True)
+    assert A.config._decode_config(256, 256, 64, 16, True, packed=True) == (32, 128, 8, 2, True)
+    assert A.config._decode_config(256, 128, 16, 8, False, packed=True)[0] == 16
     for X, fp8 in ((8, False), (16, True)):
-        assert A._decode_config(256, 64, 64, X, fp8, packed=True) == A._decode_config(256, 64, 64, X, fp8)
-        assert A._decode_config(256, 4, 64, X, fp8, packed=True) == (64, 16, 4, 3, True)
-        assert A._decode_config(128, 128, 64, X, fp8, packed=True) == A._decode_config(128, 128, 64, X, fp8)
+        assert A.config._decode_config(256, 64, 64, X, fp8, packed=True) == A.config._decode_config(256, 64, 64, X, fp8)
+        assert A.config._decode_config(256, 4, 64, X, fp8, packed=True) == (64, 16, 4, 3, True)
+        assert A.config._decode_config(128, 128, 64, X, fp8, packed=True) == A.config._decode_config(128, 128, 64, X, fp8)
     sm90, gfx = known_target("sm_90"), known_target("gfx942")
-    assert A._mask_tile(sm90, 256, True, 128) and not A._mask_tile(sm90, 256, True, 64)
-    assert not A._mask_tile(gfx, 256, True, 128)
+    assert A.config.mask_tile(sm90, 256, True, 128) and not A.config.mask_tile(sm90, 256, True, 64)
+    assert not A.config.mask_tile(gfx, 256, True, 128)
 
 
 def test_splits_fill_waves_when_one_split_leaves_a_wave_part_empty():

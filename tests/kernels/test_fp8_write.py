@@ -33,7 +33,9 @@ def _interpreted_kernels():
     """If some earlier import decorated the kernels for a GPU, redo it interpreted."""
     global fw
     if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") == "1":
-        if type(fw._write_kv_fp8_kernel).__name__ != "InterpretedFunction":
+        if type(fw.WRITE_KERNEL).__name__ != "InterpretedFunction":
+            for module in (fw.kernel, fw.host):  # the kernel, then the host that launches it
+                importlib.reload(module)
             fw = importlib.reload(fw)
     yield
 
@@ -350,7 +352,7 @@ def test_integer_encoder_stores_5d_v_bytes_one_by_one_at_every_size():
         native, bits = fw.launch_config(T, H, D, D, True, True, SM90), fw.launch_config(T, H, D, D, True, False, SM90)
         assert bits["groups"] is False and bits["block_t"] == 16 and bits["byte_tokens"] == 16
         whole = D == 256 and T * H * D >= 1 << 23
-        assert bits["d_split"] == (1 if whole else fw._row_chunks(D, D))
+        assert bits["d_split"] == (1 if whole else fw.config._row_chunks(D, D))
         assert bits["token_major"] is (D < 256)
         assert native["groups"] is (T * H * D >= 1 << 23 if D == 256 else T > 4096)
     assert fw.launch_config(100, 2, 256, 256, True, False, SM90)["block_t"] == 4
@@ -377,10 +379,10 @@ def test_launch_config_is_valid_for_any_shape():
             for DV in (16, 64, 128, 384, 512) if layout_5d else (16, 40, 128, 576):
                 for H in (1, 2, 3, 8, 16):
                     for T in (1, 100, 129, 1500, 5000, 40000):
-                        plan = fw._Plan(T, H, DK, DV, layout_5d, 64, 1 << 20, FN, None, None)
+                        plan = fw.host._Plan(T, H, DK, DV, layout_5d, 64, 1 << 20, FN, None, None)
                         for native in (True, False):
                             for target in (SM90, INTERPRETER, known_target("gfx942"), known_target("gfx950")):
-                                cfg = fw._resolve_config(plan, None, native, target)
+                                cfg = fw.host._resolve_config(plan, None, native, target)
                                 assert cfg["d_split"] & (cfg["d_split"] - 1) == 0
 
 
@@ -450,37 +452,37 @@ def _unaligned_input(T, H, D, dtype, gen):
 
 def test_v_words_eligibility():
     g = _gen(5)
-    assert fw._v_words_ok(ref.make_input(8, 2, 32, torch.bfloat16, gen=g))
-    assert fw._v_words_ok(ref.make_input(8, 2, 32, torch.float16, gen=g, token_pad=16))
-    assert not fw._v_words_ok(ref.make_input(8, 2, 32, torch.float32, gen=g))
-    assert not fw._v_words_ok(ref.make_input(8, 2, 32, torch.bfloat16, gen=g, token_pad=3))  # odd row stride
-    assert not fw._v_words_ok(_unaligned_input(8, 2, 32, torch.bfloat16, g))
+    assert fw.host._v_words_ok(ref.make_input(8, 2, 32, torch.bfloat16, gen=g))
+    assert fw.host._v_words_ok(ref.make_input(8, 2, 32, torch.float16, gen=g, token_pad=16))
+    assert not fw.host._v_words_ok(ref.make_input(8, 2, 32, torch.float32, gen=g))
+    assert not fw.host._v_words_ok(ref.make_input(8, 2, 32, torch.bfloat16, gen=g, token_pad=3))  # odd row stride
+    assert not fw.host._v_words_ok(_unaligned_input(8, 2, 32, torch.bfloat16, g))
 
 
 def test_v_words_launch_gives_each_thread_one_word():
     # NVIDIA defaults: 128 words on 4 warps of 32 threads, as chosen
-    assert fw._v_words_launch(128, 4, 32, warps_fixed=False) == (128, 4)
+    assert fw.config._v_words_launch(128, 4, 32, warps_fixed=False) == (128, 4)
     # 64 words: two warps, not four threads per word pair repeated
-    assert fw._v_words_launch(64, 4, 32, warps_fixed=False) == (64, 2)
+    assert fw.config._v_words_launch(64, 4, 32, warps_fixed=False) == (64, 2)
     # 64-thread wavefronts (AMD CDNA): 128 words fill 2 warps
-    assert fw._v_words_launch(128, 4, 64, warps_fixed=False) == (128, 2)
-    assert fw._v_words_launch(16, 4, 64, warps_fixed=False) == (16, 1)
+    assert fw.config._v_words_launch(128, 4, 64, warps_fixed=False) == (128, 2)
+    assert fw.config._v_words_launch(16, 4, 64, warps_fixed=False) == (16, 1)
     # more words than threads: chunks of one word per thread
-    assert fw._v_words_launch(512, 4, 32, warps_fixed=False) == (128, 4)
+    assert fw.config._v_words_launch(512, 4, 32, warps_fixed=False) == (128, 4)
     # warps the caller fixed (sweeps) are kept
-    assert fw._v_words_launch(64, 4, 32, warps_fixed=True) == (64, 4)
+    assert fw.config._v_words_launch(64, 4, 32, warps_fixed=True) == (64, 4)
 
 
 def test_v_group_launch_fetches_rows_early_only_with_one_block_and_one_chunk():
     cfg = fw.launch_config(8192, 8, 128, 128, True, True, SM90)  # groups, 2 heads x 64 words, v_spec
-    assert fw._v_group_launch(cfg, 128, v_ok=True, warp_size=32, warps_fixed=False) == (True, True, 128, 4)
-    assert fw._v_group_launch(cfg, 128, v_ok=False, warp_size=32, warps_fixed=False) == (False, False, 1, 4)
+    assert fw.config.v_group_launch(cfg, 128, v_ok=True, warp_size=32, warps_fixed=False) == (True, True, 128, 4)
+    assert fw.config.v_group_launch(cfg, 128, v_ok=False, warp_size=32, warps_fixed=False) == (False, False, 1, 4)
     two_chunks = dict(cfg, num_warps=2)  # 128 words on 64 fixed threads
-    assert fw._v_group_launch(two_chunks, 128, v_ok=True, warp_size=32, warps_fixed=True) == (True, False, 64, 2)
+    assert fw.config.v_group_launch(two_chunks, 128, v_ok=True, warp_size=32, warps_fixed=True) == (True, False, 64, 2)
     two_blocks = dict(cfg, block_t=32)
-    assert fw._v_group_launch(two_blocks, 128, v_ok=True, warp_size=32, warps_fixed=False)[:2] == (True, False)
+    assert fw.config.v_group_launch(two_blocks, 128, v_ok=True, warp_size=32, warps_fixed=False)[:2] == (True, False)
     bytes_only = fw.launch_config(512, 8, 128, 128, True, True, SM90)
-    assert fw._v_group_launch(bytes_only, 128, v_ok=True, warp_size=32, warps_fixed=False)[:2] == (False, False)
+    assert fw.config.v_group_launch(bytes_only, 128, v_ok=True, warp_size=32, warps_fixed=False)[:2] == (False, False)
 
 
 def test_warp_size_of_the_device(monkeypatch):
@@ -559,7 +561,7 @@ def test_v_groups_transposed_in_registers_or_through_tiles_write_the_same_bytes(
     page, n_blocks, T = 32, 12, 150
     k = ref.make_input(T, H, D, dtype, gen=g)
     v = _unaligned_input(T, H, D, dtype, g) if unaligned else ref.make_input(T, H, D, dtype, gen=g, token_pad=32)
-    assert fw._v_words_ok(v) is not unaligned
+    assert fw.host._v_words_ok(v) is not unaligned
     loc = ref.loc_pattern("mixed", T, n_blocks * page, page, gen=g)
     results = []
     for words in (True, False):

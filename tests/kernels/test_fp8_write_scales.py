@@ -28,7 +28,9 @@ TINY = 2.0 ** -126  # smallest normal float32
 def _interpreted_kernels():
     global fw
     if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") == "1":
-        if type(fw._write_kv_fp8_kernel).__name__ != "InterpretedFunction":
+        if type(fw.WRITE_KERNEL).__name__ != "InterpretedFunction":
+            for module in (fw.kernel, fw.host):  # the kernel, then the host that launches it
+                importlib.reload(module)
             fw = importlib.reload(fw)
     yield
 

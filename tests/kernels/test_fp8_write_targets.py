@@ -2,7 +2,7 @@
 
 NVIDIA (and the interpreter, NVIDIA-shaped) keep the H200-timed choices,
 pinned here as they were before the configuration took a target; AMD
-(gfx942, gfx950) takes ``_launch_config_amd``, chosen from the compile
+(gfx942, gfx950) takes ``config._launch_config_amd``, chosen from the compile
 figures (lab/write_config_sweep.py). The AMD configurations are run under the
 Triton interpreter on fresh random data against the float64 reference (the
 checks of test_fp8_write._write_and_check): poisoned caches, NHD and 5D,
@@ -18,6 +18,7 @@ import os
 
 import pytest
 import torch
+import triton
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -36,7 +37,9 @@ AMD = (GFX942, GFX950)
 def _interpreted_kernels():
     global fw
     if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") == "1":
-        if type(fw._write_kv_fp8_kernel).__name__ != "InterpretedFunction":
+        if type(fw.WRITE_KERNEL).__name__ != "InterpretedFunction":
+            for module in (fw.kernel, fw.host):  # the kernel, then the host that launches it
+                importlib.reload(module)
             fw = importlib.reload(fw)
             base.fw = fw
     yield
@@ -64,7 +67,7 @@ SM90_PINNED = [
 def test_nvidia_and_interpreter_configurations_are_unchanged(args, expected):
     assert fw.launch_config(*args, SM90) == expected
     assert fw.launch_config(*args, INTERPRETER) == expected
-    assert fw._launch_config_nvidia(*args) == expected
+    assert fw.config._launch_config_nvidia(*args) == expected
 
 
 # (T, H, D, 5D) -> what the AMD rules give (block_t, heads, d_split, num_warps, byte_tokens)
@@ -88,7 +91,7 @@ AMD_PINNED = [
 def test_amd_configuration_is_the_amd_function(target, shape, expected):
     T, H, D, five = shape
     cfg = fw.launch_config(T, H, D, D, five, target.converts(FNUZ if target.arch == "gfx942" else FN), target)
-    assert cfg == fw._launch_config_amd(T, H, D, D, five, True, target)
+    assert cfg == fw.config._launch_config_amd(T, H, D, D, five, True, target)
     got = (cfg["block_t"], cfg["heads_per_program"], cfg["d_split"], cfg["num_warps"], cfg["byte_tokens"])
     assert got == expected
     assert cfg["groups"] is False and cfg["v_spec"] is False and cfg["maxnreg"] is None
@@ -105,34 +108,34 @@ def test_every_amd_configuration_passes_the_check():
             for H in (1, 2, 3, 8, 16, 64):
                 for T in (1, 16, 37, 100, 128, 129, 2048, 2049, 4096, 8192, 32768, 300000):
                     cfg = fw.launch_config(T, H, DK, DV, five, native, target)
-                    checked = fw._check_config(dict(cfg), H, DK, DV, five)
+                    checked = fw.config.check_config(dict(cfg), H, DK, DV, five)
                     assert checked["groups"] is False
                     tile = cfg["block_t"] * cfg["heads_per_program"] * (
-                        fw.triton.next_power_of_2(max(DK, DV)) // cfg["d_split"])
+                        triton.next_power_of_2(max(DK, DV)) // cfg["d_split"])
                     assert 1 <= cfg["num_warps"] <= 4
                     assert tile <= 16 * 64 * cfg["num_warps"] or cfg["num_warps"] == 4
                     if T <= 128:
                         assert cfg["block_t"] == 4
-                    plan = fw._Plan(T, H, DK, DV, five, 64, 1 << 20, FN, None, None)
-                    assert dict(fw._resolve_config(plan, None, native, target)) == checked
+                    plan = fw.host._Plan(T, H, DK, DV, five, 64, 1 << 20, FN, None, None)
+                    assert dict(fw.host._resolve_config(plan, None, native, target)) == checked
 
 
 def test_default_config_cache_is_keyed_by_target():
-    fw._default_config.cache_clear()
-    a = fw._default_config(32768, 1, 256, 256, True, True, SM90)
-    b = fw._default_config(32768, 1, 256, 256, True, True, GFX942)
+    fw.config.default_config.cache_clear()
+    a = fw.config.default_config(32768, 1, 256, 256, True, True, SM90)
+    b = fw.config.default_config(32768, 1, 256, 256, True, True, GFX942)
     assert a["groups"] is True and b["groups"] is False
-    assert fw._default_config(32768, 1, 256, 256, True, True, SM90) is a
-    info = fw._default_config.cache_info()
+    assert fw.config.default_config(32768, 1, 256, 256, True, True, SM90) is a
+    info = fw.config.default_config.cache_info()
     assert info.currsize == 2 and info.hits == 1
 
 
 def test_overrides_apply_on_top_of_the_amd_configuration():
-    plan = fw._Plan(32768, 1, 256, 256, True, 64, 1 << 20, FNUZ, None, None)
-    cfg = fw._resolve_config(plan, {"block_t": 8}, True, GFX942)
+    plan = fw.host._Plan(32768, 1, 256, 256, True, 64, 1 << 20, FNUZ, None, None)
+    cfg = fw.host._resolve_config(plan, {"block_t": 8}, True, GFX942)
     assert (cfg["block_t"], cfg["groups"], cfg["num_warps"]) == (8, False, 2)
     with pytest.raises(ValueError, match="heads_per_program"):
-        fw._resolve_config(plan, {"heads_per_program": 3}, True, GFX950)
+        fw.host._resolve_config(plan, {"heads_per_program": 3}, True, GFX950)
 
 
 # --------------------------------------------------------------------------- #
@@ -170,7 +173,7 @@ def test_amd_configurations_write_the_right_bytes(arch, layout, page, t_cfg, H, 
     conversion itself needs an AMD GPU; the gate shows it is in the ISA)."""
     target = known_target(arch)
     cfg = fw.launch_config(t_cfg, H, D, D, layout == "5d", True, target)
-    assert cfg == fw._launch_config_amd(t_cfg, H, D, D, layout == "5d", True, target)
+    assert cfg == fw.config._launch_config_amd(t_cfg, H, D, D, layout == "5d", True, target)
     g = torch.Generator().manual_seed(hash((arch, layout, page, t_cfg, H, D, run, str(fp8), scale)) % (1 << 31))
     T = {"one": 1, "decode37": 37, "runs": 100}[run]
     n_blocks = 24
