@@ -9,8 +9,8 @@
 # The fast generators (seconds, every run and every --check):
 #   patches/<name>.toml, README patch table   python -m sglang_kv5d.manifests
 #   docs/rules.md                             python -m sglang_kv5d.rules --markdown
-#   README rules, speculative and switches    python -m sglang_kv5d.rules --update-readme
-#     tables
+#   README rules, speculative, switches and   python -m sglang_kv5d.rules --update-readme
+#     versions tables
 # The ROCm table is opt-in: it runs the AMD compile gate (every kernel for
 # gfx942 / gfx950 on five Tritons, about 15 minutes on a CPU machine, and it
 # needs the Tritons scripts/setup-dev.sh unpacks and ../shared's aiter source).
@@ -47,7 +47,7 @@ if [ "$CHECK" = 1 ]; then
   cmp -s "$TMP/rules.md" docs/rules.md || stale docs/rules.md
   cp README.md "$TMP/README.md"
   "$PY" -m sglang_kv5d.rules --update-readme "$TMP/README.md" || exit 1
-  cmp -s "$TMP/README.md" README.md || stale "README.md (its rules, speculative or switches table)"
+  cmp -s "$TMP/README.md" README.md || stale "README.md (its rules, speculative, switches or versions table)"
   [ "$status" = 0 ] && echo "regen.sh: every generated file is up to date" >&2
   exit $status
 fi
@@ -57,7 +57,7 @@ fi
 cmp -s "$TMP/rules.md" docs/rules.md || { cp "$TMP/rules.md" docs/rules.md && echo "wrote docs/rules.md"; }
 cp README.md "$TMP/README.md"
 "$PY" -m sglang_kv5d.rules --update-readme README.md || exit 1
-cmp -s "$TMP/README.md" README.md || echo "wrote README.md (rules, speculative, switches tables)"
+cmp -s "$TMP/README.md" README.md || echo "wrote README.md (rules, speculative, switches, versions tables)"
 if [ "$ROCM" = 1 ]; then
   bash scripts/amd_gate_table.sh || status=1
 fi

@@ -221,7 +221,7 @@ def stale(root: str = _ROOT) -> List[str]:
     for fname in sorted(os.listdir(directory)) if os.path.isdir(directory) else ():
         if fname.endswith(".toml") and f"patches/{fname}" not in files:
             out.append(f"patches/{fname}: no registered patch of that name; add it to BUILTIN_PATCH_MODULES "
-                       f"(sglang_kv5d/patches/__init__.py) and run `{COMMAND}`, or delete the file")
+                       f"(sglang_kv5d.patches exports it) and run `{COMMAND}`, or delete the file")
     return out
 
 

@@ -147,3 +147,22 @@ def test_fresh_venv_console_script(fresh_venv):
     exe = os.path.join(os.path.dirname(py), "sglang-kv5d")
     proc = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=120, env=clean_env())
     assert proc.returncode == 0 and "sglang-kv5d" in proc.stdout, proc.stderr
+
+
+def test_the_sglang_extra_is_the_tested_range():
+    """pyproject.toml's ``sglang`` extra (which cannot import versions.py) names the
+    tested range: at least OLDEST, below the release after NEWEST (NEWEST's post
+    releases included, as the run-time verdict counts them)."""
+    import re
+    import tomllib
+
+    from sglang_kv5d.versions import NEWEST, OLDEST, parse_version
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
+        extra = tomllib.load(fh)["project"]["optional-dependencies"]["sglang"]
+    release = parse_version(NEWEST).release
+    after = ".".join(str(p) for p in release[:-1] + (release[-1] + 1,))
+    assert extra == [f"sglang>={OLDEST},<{after}"], (
+        f"pyproject.toml's sglang extra {extra} is not the tested range of sglang_kv5d/versions.py: "
+        f"write sglang>={OLDEST},<{after}")
+    assert re.fullmatch(r"\d+(\.\d+)+", after)

@@ -1,6 +1,7 @@
 """The rules as documentation: ``check --explain``, docs/rules.md and the
 README's generated blocks (rules table, speculative-decoding matrix, switches
-table), and ``python -m sglang_kv5d.rules``."""
+table, the tested SGLang range), and ``python -m sglang_kv5d.rules``.
+scripts/regen.sh runs every generator; ``--check`` there is what CI runs."""
 
 from __future__ import annotations
 
@@ -59,6 +60,25 @@ README_SPEC_BEGIN = ("<!-- speculative table: generated from sglang_kv5d/specula
 README_SPEC_END = "<!-- end of speculative table -->"
 
 
+README_VERSIONS_BEGIN = ("<!-- versions table: generated from sglang_kv5d/versions.py by "
+                         "`python -m sglang_kv5d.rules --update-readme README.md`; a test keeps it in sync -->")
+README_VERSIONS_END = "<!-- end of versions table -->"
+
+
+def render_versions_table() -> str:
+    """The README's SGLang verdict table, from sglang_kv5d.versions (the one place the range is written)."""
+    from ..versions import BEST_EFFORT_RANGE, SUPPORTED_RANGE
+
+    return "\n".join([
+        "| SGLang | verdict |",
+        "|---|---|",
+        f"| {SUPPORTED_RANGE[0]} .. {SUPPORTED_RANGE[1]} | supported |",
+        f"| {BEST_EFFORT_RANGE[0]} .. {BEST_EFFORT_RANGE[1]} | best effort (hybrid models need `--disable-radix-cache`) |",
+        "| older | refused, with the range in the message (no 5D code upstream) |",
+        "| newer | refused unless `SGLANG_KV5D_ALLOW_UNTESTED=1` |",
+    ]) + "\n"
+
+
 def render_readme_table() -> str:
     """The README's launch-rules table (one row per rule)."""
     rows = ["| ID | severity | rule | fix |", "|---|---|---|---|"]
@@ -77,7 +97,8 @@ def _replace_block(text: str, begin: str, end: str, body: str) -> str:
 
 
 def render_readme(text: str) -> str:
-    """``text`` (the README) with its generated blocks (rules, speculative matrix, switches) refreshed."""
+    """``text`` (the README) with its generated blocks (rules, speculative matrix, switches, versions) refreshed."""
+    text = _replace_block(text, README_VERSIONS_BEGIN, README_VERSIONS_END, render_versions_table())
     text = _replace_block(text, README_RULES_BEGIN, README_RULES_END, render_readme_table())
     text = _replace_block(text, README_SPEC_BEGIN, README_SPEC_END, render_support_table())
     return _replace_block(text, _config.README_BEGIN, _config.README_END, _config.render_markdown_table())
