@@ -1,6 +1,7 @@
 """Benchmarks behind ``sglang-kv5d bench``.
 
-    common.py            timing (CUDA-graph replay medians) and the memory rates
+    timing.py            CUDA-graph replay and eager medians (a leaf: bandwidth.py times with it)
+    common.py            the timings re-exported, the memory rates, the device's description, --device
     bandwidth.py         read / write / copy kernels on the compute units: the byte floors
     sglang_peers.py      SGLang's kernels as peers, through the surface table; SGLANG_KV5D_PEER_PATH
     aiter_peers.py       aiter's kernels as peers (ROCm)

@@ -6,7 +6,7 @@ Three Triton kernels over one int32 buffer (16-byte vector loads and stores):
     write   every byte stored with a constant, nothing loaded
     copy    every byte loaded from one buffer and stored to another
 
-Each is timed as a CUDA-graph replay median (``common.graph_replay_median_us``).
+Each is timed as a CUDA-graph replay median (``timing.graph_replay_median_us``).
 A ``Tensor.copy_`` captured in a graph becomes a memcpy node that the copy
 engine runs, at a fraction of what the compute units move (2.71 TB/s against
 4.2-4.3 TB/s on an H200), so it is not used as the floor of a kernel.
@@ -133,9 +133,9 @@ def measure(device=None, nbytes: int = 1 << 30, *, time_fn: Optional[Callable] =
     """Read, write and copy rates on ``device`` with buffers of ``nbytes`` each."""
     import torch
 
-    from sglang_kv5d.bench import common
+    from .timing import graph_replay_median_us
 
-    time_fn = time_fn or (lambda fn: common.graph_replay_median_us(fn, inner=5, reps=15))
+    time_fn = time_fn or (lambda fn: graph_replay_median_us(fn, inner=5, reps=15))
     n = nbytes // 4
     src = torch.ones(n, dtype=torch.int32, device=device or "cuda")
     dst = torch.empty_like(src)
