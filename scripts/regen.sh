@@ -19,7 +19,7 @@
 #
 # Needs .venv (bash scripts/setup.sh). scripts/test.sh runs --check.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 CHECK=0
 ROCM=0
 for a in "$@"; do

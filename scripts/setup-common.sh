@@ -1,7 +1,10 @@
+# shellcheck shell=bash
 # Shared by scripts/setup.sh and scripts/setup-dev.sh (sourced, from the checkout root).
+# PIP and MIN_FREE_GB are used by the scripts that source this.
+# shellcheck disable=SC2034
 PY=${PYTHON:-python3.11}
 VENV=.venv
-PIP="$VENV/bin/python -m pip"
+PIP=("$VENV/bin/python" -m pip)
 MIN_FREE_GB=${SETUP_DEV_MIN_FREE_GB:-9}
 SETUP_NAME=${SETUP_NAME:-$(basename "$0" .sh)}
 log() { printf '[%s] %s\n' "$SETUP_NAME" "$*" >&2; }

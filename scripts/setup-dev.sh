@@ -23,7 +23,7 @@ SETUP_NAME=setup-dev bash scripts/setup.sh || exit 1
 OVERLAY=.cache/sglang-0.5.16
 if [ ! -f "$OVERLAY/sglang/__init__.py" ]; then
   log "installing the SGLang 0.5.16 overlay into $OVERLAY"
-  quiet_pip $PIP install -q --no-deps --upgrade --target "$OVERLAY" -r requirements/sglang-0.5.16-overlay.txt
+  quiet_pip "${PIP[@]}" install -q --no-deps --upgrade --target "$OVERLAY" -r requirements/sglang-0.5.16-overlay.txt
 fi
 
 WHEELS=.cache/wheels
@@ -32,7 +32,7 @@ CONTRACT=$(sglang_version contract-wheels)
 for v in $CONTRACT; do
   if ! ls "$WHEELS"/sglang-"$v"-*.whl >/dev/null 2>&1; then
     log "downloading sglang==$v (no deps) for the surface contract tests"
-    quiet_pip $PIP download -q --no-deps -d "$WHEELS" "sglang==$v"
+    quiet_pip "${PIP[@]}" download -q --no-deps -d "$WHEELS" "sglang==$v"
   fi
 done
 # Triton versions for the AMD compile gate (tests/test_amd_gate.py), unpacked
@@ -40,11 +40,14 @@ done
 # subprocess). 3.5.1: buffer ops off by default; 3.6.0: on by default; 3.7.0:
 # what aiter pins; 3.9.0: the newest on PyPI. The installed one (.venv's) is
 # the fifth.
-for v in $(sed -e "s/#.*//" requirements/amd-gate-tritons.txt); do
+while read -r -u 3 v; do
+  v=${v%%#*}
+  v=${v//[[:space:]]/}
+  [ -n "$v" ] || continue
   if [ ! -f ".cache/triton/$v/triton/__init__.py" ]; then
     log "unpacking triton==$v into .cache/triton/$v for the AMD compile gate"
     rm -rf ".cache/triton/$v"
-    quiet_pip $PIP install -q --no-deps --no-compile --target ".cache/triton/$v" "triton==$v"
+    quiet_pip "${PIP[@]}" install -q --no-deps --no-compile --target ".cache/triton/$v" "triton==$v"
   fi
-done
+done 3< requirements/amd-gate-tritons.txt
 log "done: $VENV and the test caches are ready"

@@ -32,17 +32,17 @@ if ! "$VENV/bin/python" -c "import torch, torchvision, triton" 2>/dev/null; then
     die "torch needs about $MIN_FREE_GB GB of free disk, $(pwd) has $have GB; free some space (old venvs, clones, pip caches) and run this again"
   fi
   log "installing torch 2.14.1 / torchvision 0.29.1 (local cache on dev machines)"
-  quiet_pip $PIP install -q torch==2.14.1 torchvision==0.29.1
+  quiet_pip "${PIP[@]}" install -q torch==2.14.1 torchvision==0.29.1
 fi
 log "installing the pinned SGLang import closure"
-quiet_pip $PIP install -q -r requirements/dev.txt
+quiet_pip "${PIP[@]}" install -q -r requirements/dev.txt
 SGLANG=$(sglang_version newest)
 if [ "$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("sglang"))' 2>/dev/null)" != "$SGLANG" ]; then
   log "installing sglang==$SGLANG --no-deps"
-  quiet_pip $PIP install -q --no-deps "sglang==$SGLANG"
+  quiet_pip "${PIP[@]}" install -q --no-deps "sglang==$SGLANG"
 fi
 log "installing sglang-kv5d (editable) and its bootstrap .pth"
-quiet_pip $PIP install -q --no-deps -e .
+quiet_pip "${PIP[@]}" install -q --no-deps -e .
 # An editable install does not place force-included files; put the bootstrap
 # .pth where a wheel install puts it, so spawn / .pth tests see the real thing.
 SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

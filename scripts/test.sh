@@ -8,7 +8,7 @@
 # GPU tests are skipped on CPU machines with the reason shown (-ra).
 # pytest's exit code 5 (no tests collected) counts as a failure.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 bash scripts/setup-dev.sh || exit 1
 
 export PYTHONWARNINGS=ignore
