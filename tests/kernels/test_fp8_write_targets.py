@@ -38,7 +38,7 @@ def _interpreted_kernels():
     global fw
     if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") == "1":
         if type(fw.WRITE_KERNEL).__name__ != "InterpretedFunction":
-            for module in (fw.kernel, fw.host):  # the kernel, then the host that launches it
+            for module in (fw.quantize, fw.v_store, fw.kernel, fw.host):  # the Triton code, then its launcher
                 importlib.reload(module)
             fw = importlib.reload(fw)
             base.fw = fw

@@ -91,7 +91,10 @@ are a race, as in every scatter.
 
 The package:
 
-    kernel.py   the ``@triton.jit`` code (``WRITE_KERNEL``, function ``_write_kv_fp8_kernel``)
+    kernel.py   the ``@triton.jit`` kernel (``WRITE_KERNEL``, function ``_write_kv_fp8_kernel``)
+                and its K side
+    quantize.py the Triton helpers K and V share: the fp8 encoders, ``quantize``, slots, scales
+    v_store.py  the Triton V side: NHD rows, 5D bytes one by one, 5D whole-vector groups
     config.py   ``launch_config``: one function per target (NVIDIA / interpreter, AMD),
                 each rule with the measurement that chose it; the checked, cached default
     host.py     validation (inputs, caches, slot ids, scales: ``ScaleError``,
@@ -100,7 +103,7 @@ The package:
 
 from __future__ import annotations
 
-from . import config, host, kernel  # noqa: F401  (the modules: tests patch host's names)
+from . import config, host, kernel, quantize, v_store  # noqa: F401  (the modules: tests patch host's names)
 from .config import launch_config
 from .host import (FP8_MAX, ScaleError, check_scale_tensor, native_fp8_ok, scale_problem, supported_fp8_dtypes,
                    write_kv_fp8)
