@@ -486,7 +486,7 @@ def test_v_group_launch_fetches_rows_early_only_with_one_block_and_one_chunk():
 
 
 def test_warp_size_of_the_device(monkeypatch):
-    from sglang_kv5d.kernels import target as tg
+    from sglang_kv5d import platform as tg
 
     class Props:
         warp_size = 64
