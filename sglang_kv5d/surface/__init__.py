@@ -11,6 +11,11 @@ overlay does with it:
               copies listed in ``copies`` are rebound too
     read      only read or called (probes, kernels we call, registration APIs)
 
+A row says where an object is and what shape it must have, nothing more: why
+it is patched, since when upstream is wrong and when the patch can go are the
+owning Patch's (each Patch names its rows in its bindings; patches/<name>.toml
+renders them), and a READ row's purpose is the comment above it in reads.py.
+
 ``params`` lists the parameter-name prefixes accepted for the target (one tuple
 per known signature). Before patching, ``inspect.signature`` of the live object
 must start with one of them, or the patch fails with expected versus found.
