@@ -21,7 +21,7 @@ from sglang_kv5d.surface_names import MODULE_PREFIX, PACKAGE
 def _say(text):
     try:
         sys.stderr.write(text + "\n")
-    except Exception:
+    except Exception:  # stderr may be None, closed or any replacement object: the .pth path must never raise
         pass
 
 
@@ -58,7 +58,7 @@ class _ActivateOnSGLangImport:
             pass
         try:
             _activate_or_warn(fullname)
-        except Exception as exc:  # never break the user's import
+        except Exception as exc:  # activation runs patch and SGLang code: never break the user's import
             _say(f"sglang-kv5d: activation at import of {fullname} failed: {exc!r}")
         return None  # let the normal finders import the module
 
@@ -75,5 +75,5 @@ def run():
             _activate_or_warn(PACKAGE)
             return
         sys.meta_path.insert(0, _ActivateOnSGLangImport())
-    except Exception as exc:
+    except Exception as exc:  # runs from a .pth line in every interpreter: must never raise
         _say(f"sglang-kv5d: bootstrap skipped: {exc!r}")

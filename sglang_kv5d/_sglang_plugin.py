@@ -20,5 +20,6 @@ def register() -> None:
         from .activation import activate
 
         activate(route="plugin")
-    except Exception:  # pragma: no cover - defensive: the guard reports
+    except Exception:  # pragma: no cover - SGLang's loader would swallow it: log any error with its traceback;
+        # the fail-closed guard refuses a 5D pool later
         logging.getLogger("sglang_kv5d").exception("sglang-kv5d: activation through the SGLang plugin failed")

@@ -282,8 +282,6 @@ SWITCHES: Dict[str, Switch] = {
 }
 
 OWN_SWITCHES = tuple(n for n, s in SWITCHES.items() if s.owner == OURS)
-# Kept for callers that list our variables.
-ALL_SWITCHES = OWN_SWITCHES
 
 
 def read(name: str, environ: Optional[Mapping[str, str]] = None) -> Tuple[Any, Optional[Problem]]:
@@ -384,11 +382,6 @@ def status_dir(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
 
 def status_readable(environ: Optional[Mapping[str, str]] = None) -> bool:
     return bool(value(STATUS_READABLE, environ))
-
-
-def attn_impl(environ: Optional[Mapping[str, str]] = None) -> str:
-    """SGLANG_KV5D_ATTN_IMPL normalised (auto | aiter | triton); ``auto`` for an invalid value."""
-    return value(ATTN_IMPL, environ)
 
 
 def requested_layout(environ: Optional[Mapping[str, str]] = None) -> str:

@@ -226,7 +226,7 @@ def _write_in(dfd: int, directory: str, base: str, text: str, mode: int) -> None
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, base, src_dir_fd=dfd, dst_dir_fd=dfd)
-    except BaseException:
+    except BaseException:  # any exit, KeyboardInterrupt included: remove the temporary file, then re-raise
         try:
             os.unlink(tmp, dir_fd=dfd)
         except OSError:
@@ -280,7 +280,7 @@ def process_role() -> str:
     if spt is not None:
         try:
             title = spt.getproctitle()
-        except Exception:
+        except Exception:  # a third-party C extension, asked for a best-effort label: anything means no title
             title = None
     if title and title.startswith(PROCESS_TITLE_PREFIX):
         return title.split("::", 1)[1]
@@ -294,6 +294,6 @@ def process_role() -> str:
             name = mp.current_process().name
             if name and name != "MainProcess":
                 return name
-        except Exception:
+        except Exception:  # best effort, never raising: the role only labels a status file
             pass
     return "main"

@@ -37,7 +37,7 @@ import functools
 import inspect
 from typing import Any, Mapping, Optional
 
-from .patches import ProvidedUpstream, StillNeeded
+from .activation.patch_type import ProvidedUpstream, StillNeeded
 from .surface import attr_name, find_loaded
 
 PR = "sglang#29009"

@@ -17,6 +17,7 @@ import torch
 
 import sglang_kv5d.kernels as kernels
 from sglang_kv5d import attention as attn
+from sglang_kv5d import config
 from sglang_kv5d.pools import PoolLayoutError, resolve_kv_subpool
 from tests.helpers import pools as hp
 from tests.helpers.fake_aiter import fake_aiter, no_aiter  # noqa: F401  (fixtures)
@@ -27,7 +28,7 @@ BF16 = torch.bfloat16
 
 @pytest.fixture(autouse=True)
 def _clean(monkeypatch):
-    monkeypatch.delenv(attn.ENV_IMPL, raising=False)
+    monkeypatch.delenv(config.ATTN_IMPL, raising=False)
     attn.reset_state()
     yield
     attn.reset_state()
@@ -310,7 +311,7 @@ def test_other_aiter_errors_propagate(monkeypatch, strict_aiter, portable):
 def test_missing_aiter_function(monkeypatch, strict_aiter, portable, caplog, mode):
     import aiter.ops.triton.gluon.pa_decode_gluon as pdg
 
-    monkeypatch.setenv(attn.ENV_IMPL, mode)
+    monkeypatch.setenv(config.ATTN_IMPL, mode)
     monkeypatch.delattr(pdg, "pa_decode_gluon")
     s = build(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="sglang_kv5d.attention"):
@@ -325,7 +326,7 @@ def test_missing_aiter_function(monkeypatch, strict_aiter, portable, caplog, mod
 
 
 def test_triton_env_uses_portable(monkeypatch, strict_aiter, portable):
-    monkeypatch.setenv(attn.ENV_IMPL, "triton")
+    monkeypatch.setenv(config.ATTN_IMPL, "triton")
     s = build(monkeypatch, dtype=FP8, k_scale=2.0, v_scale=0.5)
     close(run_decode(s), s.reference())
     e = build(monkeypatch, dtype=FP8, k_scale=2.0, v_scale=0.5, mode="extend", prefix=(2, 0, 10))
@@ -343,7 +344,7 @@ def test_auto_without_aiter_uses_portable(monkeypatch, no_aiter, portable, caplo
 
 def test_invalid_impl_env(monkeypatch, no_aiter, portable, caplog):
     # An invalid value means auto, with a warning naming it; no error at the first attention call.
-    monkeypatch.setenv(attn.ENV_IMPL, "cuda")
+    monkeypatch.setenv(config.ATTN_IMPL, "cuda")
     s = build(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="sglang_kv5d.attention"):
         close(run_decode(s), s.reference())
@@ -552,7 +553,7 @@ def real_kernels(monkeypatch):
 
 @pytest.mark.parametrize("dtype,scales", [(BF16, (None, None)), (FP8, (0.5, 2.0))])
 def test_portable_path_with_real_kernels(monkeypatch, real_kernels, dtype, scales):
-    monkeypatch.setenv(attn.ENV_IMPL, "triton")
+    monkeypatch.setenv(config.ATTN_IMPL, "triton")
     s = build(monkeypatch, dtype=dtype, hq=4, hkv=2, lens=(5, 20), k_scale=scales[0], v_scale=scales[1])
     close(run_decode(s), s.reference())
     e = build(monkeypatch, dtype=dtype, hq=4, hkv=2, lens=(9, 21), mode="extend", prefix=(4, 0),
@@ -561,7 +562,7 @@ def test_portable_path_with_real_kernels(monkeypatch, real_kernels, dtype, scale
 
 
 def test_portable_window_with_real_kernels(monkeypatch, real_kernels):
-    monkeypatch.setenv(attn.ENV_IMPL, "triton")
+    monkeypatch.setenv(config.ATTN_IMPL, "triton")
     s = build(monkeypatch, kind="swa", window=6, hq=4, hkv=2, lens=(17, 4))
     close(run_decode(s), s.reference())
     e = build(monkeypatch, kind="swa", window=6, hq=4, hkv=2, lens=(17, 12), mode="extend", prefix=(9, 0))

@@ -23,6 +23,7 @@ import sglang_kv5d
 import sglang_kv5d.kernels as kernels
 from sglang_kv5d import attention as attn
 from sglang_kv5d import kernel_check
+from sglang_kv5d import config, kernel_failures
 from sglang_kv5d.activation import Kv5dNotReadyError
 from sglang_kv5d.kernels import fp8_write
 from tests.helpers.fake_aiter import fake_aiter, no_aiter  # noqa: F401  (fixtures)
@@ -63,7 +64,7 @@ class FailingLaunch:
 
 @pytest.fixture(autouse=True)
 def _clean(monkeypatch):
-    monkeypatch.delenv(attn.ENV_IMPL, raising=False)
+    monkeypatch.delenv(config.ATTN_IMPL, raising=False)
     kernel_check.reset()
     attn.reset_state()
     yield
@@ -214,7 +215,7 @@ def test_pool_whose_kernel_cannot_compile_logs_the_fallback_at_creation(monkeypa
     assert len(_warnings(caplog, "write_kv_fp8")) == 1
     twin = _sglang_write(factory, 0, loc, k, v, 1.0, 1.0)
     assert torch.equal(pool.k_buffer[0], twin.k_buffer[0]) and torch.equal(pool.v_buffer[0], twin.v_buffer[0])
-    (result,) = [r for r in kernel_check._checked.values()]
+    (result,) = [r for r in kernel_check.check_results().values()]
     assert not result.ok and result.variants == (1,) and result.error.startswith("CompilationError")
 
 
@@ -270,7 +271,7 @@ def _failing_kernel(make, calls):
 def test_portable_failure_falls_back_to_aiter_once(monkeypatch, fake_aiter, caplog, fn):
     from tests.test_attention_dispatch import build, close, run_decode, run_extend
 
-    monkeypatch.setenv(attn.ENV_IMPL, "triton")  # the portable path first
+    monkeypatch.setenv(config.ATTN_IMPL, "triton")  # the portable path first
     calls = []
     monkeypatch.setitem(vars(kernels), f"{fn}_attention_5d", _failing_kernel(ERRORS["resources"][0], calls))
     s = build(monkeypatch, mode=fn, prefix=(2, 5, 1) if fn == "extend" else None)
@@ -312,7 +313,7 @@ def test_portable_validation_errors_propagate(monkeypatch, fake_aiter):
     """TypeError / ValueError from the overlay's host checks are not kernel failures."""
     from tests.test_attention_dispatch import build, run_decode
 
-    monkeypatch.setenv(attn.ENV_IMPL, "triton")
+    monkeypatch.setenv(config.ATTN_IMPL, "triton")
 
     def refuses(*args, **kwargs):
         # a host check of the overlay's own code raises (here: the FP8 write's scale check)
@@ -405,8 +406,8 @@ def test_backend_with_working_kernels_logs_the_path(monkeypatch, no_aiter, caplo
             make_aiter_backend(pool, num_q_heads=4, num_kv_heads=1, head_dim=64)
         msgs = [r.getMessage() for r in caplog.records]
         assert any("5D attention: the portable Triton kernels serve 5D attention" in m for m in msgs), msgs
-        ran = sorted(r.kernel for r in kernel_check._checked.values() if r.ok)
-        assert ran == ["decode_attention_5d", "extend_attention_5d", "write_kv_fp8"], kernel_check._checked
+        ran = sorted(r.kernel for r in kernel_check.check_results().values() if r.ok)
+        assert ran == ["decode_attention_5d", "extend_attention_5d", "write_kv_fp8"], kernel_check.check_results()
         assert kernel_check.failures() == {}
     finally:
         sglang_kv5d.deactivate()
@@ -414,13 +415,13 @@ def test_backend_with_working_kernels_logs_the_path(monkeypatch, no_aiter, caplo
 
 def test_first_failure_inside_a_capture_falls_back_and_says_so(monkeypatch, overlay, caplog):
     """No GPU here: the capture state is the one fact replaced (torch's
-    is_current_stream_capturing, read through kernel_check.capturing)."""
+    is_current_stream_capturing, read through kernel_failures.capturing)."""
     enable_5d(monkeypatch)
     factory = lambda: make_mha_pool(dtype=FP8, page_size=16, head_num=1, head_dim=64, layer_num=1, size=64)  # noqa: E731
     pool = factory()
     failing = FailingLaunch(ERRORS["driver"][0])
     monkeypatch.setattr(fp8_write.host, "WRITE_KERNEL", failing)
-    monkeypatch.setattr(kernel_check, "capturing", lambda: True)
+    monkeypatch.setattr(kernel_failures, "capturing", lambda: True)
     k, v = _inputs(2, 1, 64, seed=6)
     loc = torch.tensor([7, 8])
     with caplog.at_level(logging.WARNING, logger="sglang_kv5d"):
@@ -470,8 +471,8 @@ def test_speculative_target_checks_the_verify_kernel_at_build(monkeypatch, reque
     try:
         with caplog.at_level(logging.INFO, logger="sglang_kv5d"):
             _spec_target(monkeypatch, drafts=4)
-        verified = [r for (kernel, _), r in kernel_check._checked.items() if kernel == kernel_check.VERIFY]
-        assert len(verified) == 1 and verified[0].ok and verified[0].key[1] == 4, kernel_check._checked
+        verified = [r for (kernel, _), r in kernel_check.check_results().items() if kernel == kernel_check.VERIFY]
+        assert len(verified) == 1 and verified[0].ok and verified[0].key[1] == 4, kernel_check.check_results()
         assert any("packed verify kernel ran" in r.getMessage() for r in caplog.records)
     finally:
         sglang_kv5d.deactivate()

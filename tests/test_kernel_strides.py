@@ -338,9 +338,9 @@ def test_verify_tables_honour_the_strides_of_their_metadata(kind):
 def test_the_decode_wrapper_passes_a_strided_page_table_without_a_copy():
     """SGLang's 2-D page table reaches the portable kernel as it is (a copy
     would allocate inside a CUDA-graph capture): the kernel reads its strides."""
-    from sglang_kv5d.attention.common import _page_table_2d
+    from sglang_kv5d.attention.common import page_table_2d
 
     wide = torch.zeros(4, 12, dtype=torch.int32)
     table = wide[:, ::3]
-    got = _page_table_2d(table, 3)
+    got = page_table_2d(table, 3)
     assert got.data_ptr() == table.data_ptr() and got.stride() == table.stride()

@@ -90,10 +90,11 @@ def test_selftest_runs_both_paths_with_aiter():
 
 def test_attention_paths_decision(monkeypatch):
     from sglang_kv5d import attention
+    from sglang_kv5d import config
     from sglang_kv5d.selftest import attention_paths
     from tests.helpers.fake_aiter import fake_aiter_on_path
 
-    monkeypatch.delenv(attention.ENV_IMPL, raising=False)
+    monkeypatch.delenv(config.ATTN_IMPL, raising=False)
     attention.reset_state()
     paths, why = attention_paths("cpu")  # not ROCm: as today
     assert paths == ["default"] and why.startswith("not ROCm")
@@ -105,13 +106,13 @@ def test_attention_paths_decision(monkeypatch):
         monkeypatch.setattr(torch.version, "hip", "6.4")  # ROCm as torch reports it
         assert attention_paths("cuda")[0] == ["aiter", "triton"]
         assert attention_paths("cpu")[0] == ["default"]  # the CPU is the CPU
-        monkeypatch.setenv(attention.ENV_IMPL, "triton")
+        monkeypatch.setenv(config.ATTN_IMPL, "triton")
         assert attention_paths("cuda") == (["default"], "SGLANG_KV5D_ATTN_IMPL=triton")
-        monkeypatch.delenv(attention.ENV_IMPL)
+        monkeypatch.delenv(config.ATTN_IMPL)
     monkeypatch.setitem(sys.modules, "aiter", None)
     paths, why = attention_paths("cuda", both=True)
     assert paths == ["triton"] and "aiter is not importable" in why and "portable path only" in why
-    assert attention.fallback_configs() == {} and attention._aiter_import_error is None  # nothing left behind
+    assert attention.fallback_configs() == {} and attention.aiter_import_error() is None  # nothing left behind
 
 
 def test_phases_are_a_list_of_units():

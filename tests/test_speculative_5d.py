@@ -236,7 +236,7 @@ def test_target_verify_through_the_backend_matches_float64(monkeypatch, overlay,
             continue
         nc = verify.forward_target_verify_5d(backend, q, layer, fb, causal=False)
         table, _ = verify.verify_tables(backend, layer)
-        _, k_cache, v_cache, *_ = importlib.import_module("sglang_kv5d.attention")._layer_cache(backend, layer)
+        _, k_cache, v_cache, *_ = importlib.import_module("sglang_kv5d.attention").layer_cache(backend, layer)
         ref = extend_attention_5d_ref(q.double(), k_cache, v_cache, table[:bs], backend.forward_metadata.qo_indptr[: bs + 1],
                                       torch.tensor(prefix) + n, sm_scale=layer.scaling, causal=False,
                                       k_scale=layer.k_scale, v_scale=layer.v_scale, fp8_dtype=FP8 if fp8 else None,

@@ -10,12 +10,18 @@ Every activation route ends in :func:`activate`:
        plugins);
     3. ``sglang_kv5d.activate()`` from custom scripts.
 
+    patch_type.py the patch type (Patch, Binding, ProvidedUpstream, StillNeeded)
+                  and the built-in patch table, whose modules are loaded by name
     registry.py   which patches exist (built-in, entry points), the gate
                   (version refused, not selected), probing them all
     install.py    one patch: resolve, check, build, install, restore; all or nothing
     lifecycle.py  the per-process engine: activate, import hooks, deactivate,
                   status, fork, the status line and status files
     guard.py      fail closed: enforce_5d_ready, fail_closed, Kv5dNotReadyError
+                  (the exception types live in the leaf sglang_kv5d.errors)
+
+Layering (tests/test_layers.py): the engine sits above the core and below
+the patches; it never imports a patch module (only names them).
 
 Importing this package imports neither SGLang, torch nor wrapt.
 """

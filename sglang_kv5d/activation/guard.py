@@ -15,18 +15,11 @@ import logging
 
 from .. import config
 from .. import versions as _versions
+from ..errors import Kv5dError, Kv5dNotReadyError  # noqa: F401 - re-exported by sglang_kv5d.activation
 from ..state import DISABLED, SATISFIED, SKIPPED
 from .lifecycle import Record, engine
 
 logger = logging.getLogger("sglang_kv5d")
-
-
-class Kv5dError(RuntimeError):
-    """Base class of the overlay's errors."""
-
-
-class Kv5dNotReadyError(Kv5dError):
-    """5D was requested but a patch it needs is not applied (fail closed)."""
 
 
 def enforce_5d_ready(where: str) -> None:

@@ -24,7 +24,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
-from ..patches import Binding, Patch, ProvidedUpstream, StillNeeded
+from .patch_type import Binding, Patch, ProvidedUpstream, StillNeeded
 from ..state import APPLIED, FAILED, SKIPPED, UPSTREAM
 from ..surface import PROCESS_TARGET_NAMES, READ, REPLACE, WRAP, Surface, describe_params, params_match, split_target
 from ..surface_names import MODULE_PREFIX, PACKAGE
@@ -51,7 +51,7 @@ def patch_marker(obj: Any) -> Optional[str]:
     """The patch name if ``obj`` was installed by sglang-kv5d, else None."""
     try:
         name = getattr(obj, "_self_kv5d_patch", None)
-    except Exception:
+    except Exception:  # any object is asked: a proxy's __getattr__ may raise anything; then it is not ours
         name = None
     if name is None:
         name = getattr(obj, MARKER, None)
@@ -215,7 +215,7 @@ def check_applies(patch: Patch, resolved: List[Tuple[Binding, Resolved]]) -> Opt
         return None
     try:
         skip = patch.applies({b.surface: r.function for b, r in resolved})
-    except Exception as exc:
+    except Exception as exc:  # a patch's applies() (a third party's too) may raise anything: recorded, refused
         raise Refused(f"applicability check raised {type(exc).__name__}: {exc}") from None
     if isinstance(skip, ProvidedUpstream):
         raise Refused(f"provided upstream: {skip}", UPSTREAM)
@@ -246,7 +246,7 @@ def build(patch: Patch, resolved: List[Tuple[Binding, Resolved]]) -> List[Tuple[
                 replacement = made
             else:  # pragma: no cover - resolve_patch refuses READ rows
                 raise TypeError(f"unknown action {r.surface.action}")
-        except Exception as exc:
+        except Exception as exc:  # the patch's make() is patch code (third-party too): anything refuses it
             raise Refused(f"building the replacement for {r.target} failed: {type(exc).__name__}: {exc}") from None
         built.append((r, replacement))
     return built
@@ -275,7 +275,8 @@ def install(patch: Patch, built: List[Tuple[Resolved, Any]]) -> Tuple[List[Insta
             if r.surface.action == REPLACE:
                 inst.copies = _rebind_copies(r, replacement)
         undo = patch.after_install() if patch.after_install is not None else None
-    except Exception as exc:
+    except Exception as exc:  # setattr on SGLang's objects and after_install (patch code) may raise anything:
+        # roll back what was set, then refuse the patch (all or nothing)
         for inst in reversed(installed):
             restore(inst)
         raise Refused(f"installing failed and was rolled back: {type(exc).__name__}: {exc}") from None

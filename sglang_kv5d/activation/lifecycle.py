@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .. import config
 from .. import versions as _versions
-from ..patches import Patch
+from .patch_type import Patch
 from ..state import APPLIED, DISABLED, FAILED, PENDING, UPSTREAM, PatchStatus, Status, process_role, write_status_file
 from ..surface import SURFACES, Surface
 from . import install as _install
@@ -73,7 +73,7 @@ def _after_fork_in_child() -> None:
         return
     try:
         recheck_pid(eng)
-    except Exception:  # never break a fork
+    except Exception:  # runs in the child of any fork (os.register_at_fork): never break it
         pass
 
 
@@ -373,7 +373,7 @@ def deactivate() -> Status:
             if rec.undo is not None:
                 try:
                     rec.undo()
-                except Exception as exc:
+                except Exception as exc:  # an after_install undo is patch code (third-party too): warn, restore the rest
                     eng.warnings.append(f"{name}: undoing its registration failed: {exc}")
                 rec.undo = None
             for inst in reversed(rec.installed):

@@ -1,7 +1,7 @@
 """Which patches exist, and which of them this process may apply.
 
 :func:`discover_patches` loads the built-in patches
-(``sglang_kv5d.patches.BUILTIN_PATCH_MODULES``, in their stacking order), then
+(``sglang_kv5d.activation.patch_type.BUILTIN_PATCH_MODULES``, in their stacking order), then
 third-party ones from the ``sglang_kv5d.patches`` entry-point group; a patch
 that cannot load is reported with the reason and does not stop the others.
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import config
-from ..patches import BUILTIN_PATCH_MODULES, ENTRY_POINT_GROUP, Patch, load_builtin
+from .patch_type import BUILTIN_PATCH_MODULES, ENTRY_POINT_GROUP, Patch, load_builtin
 from ..state import APPLIED, DISABLED, FAILED, SKIPPED, UPSTREAM
 from ..surface import Surface
 
@@ -39,7 +39,7 @@ def discover_patches(surfaces: Dict[str, Surface]) -> List[Discovered]:
         from importlib.metadata import entry_points
 
         eps = entry_points(group=ENTRY_POINT_GROUP)
-    except Exception:
+    except Exception:  # broken metadata of any installed distribution may raise anything: no third-party patches
         eps = []
     for ep in eps:
         try:
@@ -49,7 +49,7 @@ def discover_patches(surfaces: Dict[str, Surface]) -> List[Discovered]:
             for row in patch.extra_surfaces:
                 surfaces.setdefault(row.id, row)
             found.append((patch.name, patch, None))
-        except Exception as exc:
+        except Exception as exc:  # ep.load() imports a third party's module: anything it raises is reported
             found.append((ep.name, None, f"cannot load entry point {ep.value}: {exc}"))
     return found
 

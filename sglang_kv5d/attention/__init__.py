@@ -42,93 +42,81 @@ Differences from upstream, on purpose:
 * Logit soft-capping has no ``pa_decode_gluon`` parameter; such layers use the
   portable path (upstream drops the cap silently).
 
-Implementation choice: ``SGLANG_KV5D_ATTN_IMPL`` = ``auto`` (default: aiter when
+Implementation choice: ``SGLANG_KV5D_ATTN_IMPL`` (``config.ATTN_IMPL``) = ``auto`` (default: aiter when
 it imports and has the needed functions, else portable), ``aiter`` or
 ``triton`` (portable only). A configuration aiter cannot run (an error whose
 message contains "no matching kernel", a missing function, a shape the kernel
 does not support) falls back to the portable kernels from
 ``sglang_kv5d.kernels`` with one warning per configuration, and the choice is
 remembered for the process (:func:`fallback_configs`, :func:`reset_state`).
+
+    common.py        what the paths share: dtypes, scales, windows, page
+                     tables, the layer's buffers, the portable kernels' arguments
+    routing.py       the implementation choice, aiter discovery, fallbacks,
+                     running a portable kernel with its failure recorded
+                     (sglang_kv5d.kernel_failures)
+    decode.py        forward_decode_vectorized_5d
+    extend.py        forward_extend_vectorized_5d
+    page_indices.py  the padded page table CK's batch prefill reads
+
+Helpers shared between these modules (and with speculative verify and the
+selftest) have public names in the module that defines them.
 """
 
 from __future__ import annotations
 
-from . import routing
-from .common import (  # noqa: F401
-    portable_args,
-    _dname,
-    _fp8_dtypes,
-    _is_fp8,
-    _kernels,
-    _kv_scales,
-    _layer_cache,
-    _layer_window,
-    _max_kv_len,
-    _page_table_2d,
-    _qo_indptr,
-    _scale_cache,
-    _scale_tensor,
-    _torch,
+from .common import (
     block_table_from_token_slots,
     decode_sliding_window_arg,
     gather_5d_to_linear,
+    is_fp8,
+    layer_cache,
+    layer_window,
+    portable_args,
     quantize_per_tensor,
 )
-from .routing import (  # noqa: F401
+from .routing import (
     CONTEXT_PARTITION_SIZE,
-    ConfigKey,
-    ENV_IMPL,
+    DECODE_FNS,
+    EXTEND_FNS,
     EXTEND_SINKS_UNSUPPORTED,
     IMPLS,
     NO_KERNEL_MARK,
-    _DECODE_FNS,
-    _EXTEND_FNS,
-    _PA_MODULE,
-    _aiter_fp8_dtype,
-    _aiter_fp8_dtype_safe,
-    _aiter_functions,
-    _aiter_rescue,
-    _fallbacks,
-    _is_no_kernel,
-    _key_text,
-    _lock,
-    _remember,
-    _route,
-    _run_portable,
-    _warned_impl,
+    ConfigKey,
+    aiter_functions,
+    aiter_import_error,
     aiter_problem,
     fallback_configs,
+    key_text,
     reset_state,
     selected_impl,
 )
-from .decode import (  # noqa: F401
-    _decode_aiter,
-    _decode_unsupported,
-    forward_decode_vectorized_5d,
-)
-from .extend import (  # noqa: F401
-    _extend_aiter,
-    forward_extend_vectorized_5d,
-)
+from .decode import forward_decode_vectorized_5d
+from .extend import forward_extend_vectorized_5d
 
 __all__ = [
-    "ENV_IMPL",
+    "CONTEXT_PARTITION_SIZE",
+    "DECODE_FNS",
+    "EXTEND_FNS",
+    "EXTEND_SINKS_UNSUPPORTED",
     "IMPLS",
-    "forward_extend_vectorized_5d",
-    "forward_decode_vectorized_5d",
-    "selected_impl",
-    "fallback_configs",
-    "reset_state",
-    "decode_sliding_window_arg",
-    "block_table_from_token_slots",
-    "gather_5d_to_linear",
-    "quantize_per_tensor",
+    "NO_KERNEL_MARK",
     "ConfigKey",
+    "aiter_functions",
+    "aiter_import_error",
+    "aiter_problem",
+    "block_table_from_token_slots",
+    "decode_sliding_window_arg",
+    "fallback_configs",
+    "forward_decode_vectorized_5d",
+    "forward_extend_vectorized_5d",
+    "gather_5d_to_linear",
+    "is_fp8",
+    "key_text",
+    "layer_cache",
+    "layer_window",
+    "portable_args",
+    "quantize_per_tensor",
+    "reset_state",
+    "selected_impl",
 ]
-
-
-def __getattr__(name):
-    """Routing state that reset_state() rebinds (``_aiter_import_error``) is read live."""
-    if name == "_aiter_import_error":
-        return routing._aiter_import_error
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

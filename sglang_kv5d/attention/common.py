@@ -8,10 +8,17 @@ from __future__ import annotations
 import importlib
 from typing import Any, Dict, Optional, Tuple
 
+from sglang_kv5d.kernel_failures import dtype_name  # noqa: F401 - the attention paths name dtypes with it
+from sglang_kv5d.platform import fp8_any_dtypes
 from sglang_kv5d.pools import PoolLayoutError, resolve_kv_subpool
 
 
-_scale_cache: Dict[Tuple[float, str], Any] = {}
+_scale_cache: Dict[Tuple[float, str], Any] = {}  # (value, device) -> fp32 [1] scale tensor; clear_scale_cache()
+
+
+def clear_scale_cache() -> None:
+    """Forget the cached per-tensor scale tensors (reset_state)."""
+    _scale_cache.clear()
 
 
 def _torch():
@@ -20,22 +27,9 @@ def _torch():
     return torch
 
 
-def _fp8_dtypes():
-    torch = _torch()
-    return tuple(
-        getattr(torch, n)
-        for n in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
-        if hasattr(torch, n)
-    )
-
-
-def _is_fp8(dtype) -> bool:
-    return dtype in _fp8_dtypes()
-
-
-def _dname(dtype) -> str:
-    s = str(dtype)
-    return s[6:] if s.startswith("torch.") else s
+def is_fp8(dtype) -> bool:
+    """Is ``dtype`` an fp8 KV cache dtype (any of torch's fp8 formats, e5m2 included)?"""
+    return dtype in fp8_any_dtypes()
 
 
 def decode_sliding_window_arg(sliding_window_size: Optional[int]) -> int:
@@ -49,12 +43,12 @@ def decode_sliding_window_arg(sliding_window_size: Optional[int]) -> int:
     return int(sliding_window_size) + 2
 
 
-def _layer_window(layer) -> int:
+def layer_window(layer) -> int:
     w = getattr(layer, "sliding_window_size", None)
     return int(w) if w is not None and w > -1 else -1
 
 
-def _scale_tensor(value, device):
+def scale_tensor(value, device):
     """A per-tensor dequant scale as an fp32 ``[1]`` tensor on ``device``."""
     torch = _torch()
     if isinstance(value, torch.Tensor):
@@ -73,14 +67,14 @@ def _scale_tensor(value, device):
     return t
 
 
-def _kv_scales(layer, backend, device):
+def kv_scales(layer, backend, device):
     k = getattr(layer, "k_scale", None)
     v = getattr(layer, "v_scale", None)
     if k is None:
         k = getattr(backend, "k_scale", None)
     if v is None:
         v = getattr(backend, "v_scale", None)
-    return _scale_tensor(k, device), _scale_tensor(v, device)
+    return scale_tensor(k, device), scale_tensor(v, device)
 
 
 def quantize_per_tensor(x, fp8_dtype):
@@ -137,7 +131,7 @@ def block_table_from_token_slots(kv_indptr, token_slots, page_size: int, batch_s
     return torch.where(valid, pages, torch.zeros_like(pages)).to(torch.int32)
 
 
-def _page_table_2d(table, batch_size: int):
+def page_table_2d(table, batch_size: int):
     """The first ``batch_size`` rows of a 2-D page table, in its own integer
     dtype and strides (the Triton kernels read int32 and int64 views of any
     strides, so no copy is made, inside a CUDA-graph capture neither; the
@@ -145,7 +139,7 @@ def _page_table_2d(table, batch_size: int):
     return table[:batch_size]
 
 
-def _qo_indptr(backend):
+def backend_qo_indptr(backend):
     meta = getattr(backend, "forward_metadata", None)
     qo = getattr(meta, "qo_indptr", None)
     if qo is None:
@@ -155,7 +149,7 @@ def _qo_indptr(backend):
     return qo
 
 
-def _max_kv_len(backend, forward_batch, fallback_len: int) -> int:
+def max_kv_len(backend, forward_batch, fallback_len: int) -> int:
     meta = backend.forward_metadata
     v = getattr(meta, "max_kv_len", None)
     if v is not None:
@@ -166,7 +160,7 @@ def _max_kv_len(backend, forward_batch, fallback_len: int) -> int:
     return int(fallback_len)
 
 
-def _layer_cache(backend, layer, k_cache=None, v_cache=None):
+def layer_cache(backend, layer, k_cache=None, v_cache=None):
     """Resolve (and wait for) the layer's sub-pool; its K/V views in the logical dtype."""
     sub, local = resolve_kv_subpool(backend.token_to_kv_pool, layer.layer_id)
     k_store = sub.k_buffer[local]
@@ -196,13 +190,13 @@ def portable_args(layer, backend, kv_dtype, device, *, window: int, sinks, cap: 
     """The keyword arguments every portable 5D kernel call of ``layer`` takes:
     softmax scale, per-tensor fp8 scales (fp32 ``[1]`` on ``device``; None for a
     bf16/fp16 cache), the fp8 dtype, window, sinks and soft cap."""
-    fp8 = _is_fp8(kv_dtype)
+    fp8 = is_fp8(kv_dtype)
     k_scale = v_scale = None
     if fp8:
-        k_scale, v_scale = _kv_scales(layer, backend, device)
+        k_scale, v_scale = kv_scales(layer, backend, device)
     return dict(sm_scale=float(layer.scaling), k_scale=k_scale, v_scale=v_scale,
                 fp8_dtype=kv_dtype if fp8 else None, sliding_window=window, sinks=sinks, logit_cap=cap)
 
 
-def _kernels():
+def kernels_module():
     return importlib.import_module("sglang_kv5d.kernels")

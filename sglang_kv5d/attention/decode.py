@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .common import portable_args, _dname, _is_fp8, _kernels, _kv_scales, _layer_cache, _layer_window, _max_kv_len, _page_table_2d, _scale_tensor, _torch, block_table_from_token_slots, decode_sliding_window_arg
-from .routing import CONTEXT_PARTITION_SIZE, ConfigKey, _DECODE_FNS, _aiter_fp8_dtype_safe, _is_no_kernel, _remember, _route, _run_portable, decode_page_unsupported
+from .common import portable_args, dtype_name, is_fp8, kernels_module, kv_scales, layer_cache, layer_window, max_kv_len, page_table_2d, scale_tensor, block_table_from_token_slots, decode_sliding_window_arg
+from .routing import CONTEXT_PARTITION_SIZE, ConfigKey, DECODE_FNS, aiter_fp8_dtype, is_no_kernel, remember_fallback, route, run_portable, decode_page_unsupported
 
 
 def forward_decode_vectorized_5d(backend, q, layer, forward_batch, k_cache, v_cache, o, sinks):
@@ -14,15 +14,16 @@ def forward_decode_vectorized_5d(backend, q, layer, forward_batch, k_cache, v_ca
 
     Writes into ``o`` (``(bs, Hq * D_v)``) and returns None, like upstream.
     """
-    torch = _torch()
-    _, k_cache, v_cache, _, _, kv_dtype, page = _layer_cache(backend, layer, k_cache, v_cache)
+    import torch
+
+    _, k_cache, v_cache, _, _, kv_dtype, page = layer_cache(backend, layer, k_cache, v_cache)
     meta = backend.forward_metadata
     bs = int(forward_batch.batch_size)
     hq, hkv = int(layer.tp_q_head_num), int(layer.tp_k_head_num)
     d, dv = int(layer.qk_head_dim), int(layer.v_head_dim)
-    window = _layer_window(layer)
+    window = layer_window(layer)
     cap = float(getattr(layer, "logit_cap", 0.0) or 0.0)
-    fp8 = _is_fp8(kv_dtype)
+    fp8 = is_fp8(kv_dtype)
     q3 = q.view(-1, hq, d)
     o3 = o.view(-1, hq, dv)
 
@@ -30,9 +31,9 @@ def forward_decode_vectorized_5d(backend, q, layer, forward_batch, k_cache, v_ca
     if window >= 0 and getattr(meta, "swa_page_table", None) is not None:
         table = meta.swa_page_table
     if table.dim() == 2:
-        block_tables = _page_table_2d(table, bs)
+        block_tables = page_table_2d(table, bs)
     else:  # flat per-token slots + kv_indptr (decode without a page table)
-        max_len = _max_kv_len(backend, forward_batch, table.shape[0])
+        max_len = max_kv_len(backend, forward_batch, table.shape[0])
         block_tables = block_table_from_token_slots(meta.kv_indptr, table, page, bs, max_len)
     # SGLang keeps seq_lens as int64. aiter takes int32 lengths and page
     # tables (cast below, on its path only); the Triton kernel reads either,
@@ -40,11 +41,11 @@ def forward_decode_vectorized_5d(backend, q, layer, forward_batch, k_cache, v_ca
     context_lens = forward_batch.seq_lens[:bs]
 
     key = ConfigKey(
-        "pa_decode_gluon", _dname(q.dtype), _dname(kv_dtype), page, d, dv, hq, hkv,
+        "pa_decode_gluon", dtype_name(q.dtype), dtype_name(kv_dtype), page, d, dv, hq, hkv,
         window >= 0, sinks is not None, cap > 0,
     )
     unsupported = lambda: _decode_unsupported(q3, o3, kv_dtype, hq, hkv, d, dv, cap, page)  # noqa: E731
-    impl, fns = _route(key, _DECODE_FNS, unsupported)
+    impl, fns = route(key, DECODE_FNS, unsupported)
 
     def run_aiter(fns):
         # pa_decode_gluon reads the lengths and sinks as contiguous and the page
@@ -66,13 +67,13 @@ def forward_decode_vectorized_5d(backend, q, layer, forward_batch, k_cache, v_ca
         try:
             run_aiter(fns)
             return None
-        except Exception as e:
-            if not _is_no_kernel(e):
+        except Exception as e:  # aiter raises any type; only its "no matching kernel" is caught, the rest re-raised
+            if not is_no_kernel(e):
                 raise
-            _remember(key, f"{type(e).__name__}: {e}")
+            remember_fallback(key, f"{type(e).__name__}: {e}")
 
     kw = portable_args(layer, backend, kv_dtype, q.device, window=window, sinks=sinks, cap=cap)
-    _run_portable(key, _DECODE_FNS, unsupported, run_aiter, q.device, lambda: _kernels().decode_attention_5d(
+    run_portable(key, DECODE_FNS, unsupported, run_aiter, q.device, lambda: kernels_module().decode_attention_5d(
         q3, k_cache, v_cache, block_tables, context_lens, num_splits=None, out=o3, **kw,
     ))
     return None
@@ -80,7 +81,8 @@ def forward_decode_vectorized_5d(backend, q, layer, forward_batch, k_cache, v_ca
 
 def _decode_unsupported(q3, o3, kv_dtype, hq, hkv, d, dv, cap, page) -> Optional[str]:
     """Why pa_decode_gluon cannot serve this layer, or None."""
-    torch = _torch()
+    import torch
+
     why = decode_page_unsupported(page)
     if why:
         return why
@@ -92,16 +94,17 @@ def _decode_unsupported(q3, o3, kv_dtype, hq, hkv, d, dv, cap, page) -> Optional
         return f"GQA group {hq}/{hkv} unsupported (at most 64 per KV head)"
     if o3.dtype not in (torch.bfloat16, torch.float16):
         return f"output dtype {o3.dtype} unsupported"
-    if _is_fp8(kv_dtype):
-        aiter_fp8 = _aiter_fp8_dtype_safe()
+    if is_fp8(kv_dtype):
+        aiter_fp8 = aiter_fp8_dtype()
         if aiter_fp8 is not None and aiter_fp8 != kv_dtype:
-            return f"KV cache is {_dname(kv_dtype)} but this aiter build's fp8 is {_dname(aiter_fp8)}"
+            return f"KV cache is {dtype_name(kv_dtype)} but this aiter build's fp8 is {dtype_name(aiter_fp8)}"
     return None
 
 
 def _decode_aiter(fns, backend, layer, q3, o3, k_cache, v_cache, block_tables, context_lens,
                   bs, hq, hkv, d, fp8, window, sinks):
-    torch = _torch()
+    import torch
+
     device = q3.device
     group = hq // hkv
     if window >= 0:
@@ -110,13 +113,13 @@ def _decode_aiter(fns, backend, layer, q3, o3, k_cache, v_cache, block_tables, c
         splits = int(fns["get_recommended_splits"](num_sequences=bs, num_kv_heads=hkv))
     key_scale = value_scale = None
     if fp8:
-        key_scale, value_scale = _kv_scales(layer, backend, device)
+        key_scale, value_scale = kv_scales(layer, backend, device)
     query_scale = None
-    if _is_fp8(q3.dtype):
+    if is_fp8(q3.dtype):
         qs = getattr(layer, "q_scale", None)
         if qs is None:
             qs = getattr(backend, "q_scale", None)
-        query_scale = _scale_tensor(qs, device)
+        query_scale = scale_tensor(qs, device)
     compute_type = torch.float16 if o3.dtype == torch.float16 else torch.bfloat16
     exp_sums = torch.empty((bs, hkv, splits, group), dtype=torch.float32, device=device)
     max_logits = torch.empty_like(exp_sums)

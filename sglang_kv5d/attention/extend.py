@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Optional
 
 from .page_indices import linear_page_indices
-from .common import portable_args, _dname, _is_fp8, _kernels, _kv_scales, _layer_cache, _layer_window, _max_kv_len, _qo_indptr, _torch, block_table_from_token_slots, gather_5d_to_linear, quantize_per_tensor
-from .routing import ConfigKey, EXTEND_SINKS_UNSUPPORTED, _EXTEND_FNS, _aiter_fp8_dtype_safe, _is_no_kernel, _remember, _route, _run_portable
+from .common import portable_args, dtype_name, is_fp8, kernels_module, kv_scales, layer_cache, layer_window, max_kv_len, backend_qo_indptr, block_table_from_token_slots, gather_5d_to_linear, quantize_per_tensor
+from .routing import ConfigKey, EXTEND_SINKS_UNSUPPORTED, EXTEND_FNS, aiter_fp8_dtype, is_no_kernel, remember_fallback, route, run_portable
 
 
 def forward_extend_vectorized_5d(backend, q, k, v, layer, forward_batch, bs0, window_size, sinks):
@@ -21,27 +21,28 @@ def forward_extend_vectorized_5d(backend, q, k, v, layer, forward_batch, bs0, wi
     caller's aiter-style ``(left, right)`` (``(sliding_window_size, -1)`` or
     ``(-1, -1)``).
     """
-    torch = _torch()
-    _, k_cache, v_cache, k_store, v_store, kv_dtype, page = _layer_cache(backend, layer)
+    import torch
+
+    _, k_cache, v_cache, k_store, v_store, kv_dtype, page = layer_cache(backend, layer)
     meta = backend.forward_metadata
     bs = int(bs0) - 1
     hq, hkv, hkv_v = int(layer.tp_q_head_num), int(layer.tp_k_head_num), int(layer.tp_v_head_num)
     d, dv = int(layer.qk_head_dim), int(layer.v_head_dim)
-    window = _layer_window(layer)
+    window = layer_window(layer)
     if window_size is not None and len(window_size) == 2 and int(window_size[0]) >= 0:
         window = int(window_size[0])
     aiter_window = tuple(window_size) if window_size is not None else ((window, -1) if window >= 0 else (-1, -1))
     cap = float(getattr(layer, "logit_cap", 0.0) or 0.0)
-    fp8 = _is_fp8(kv_dtype)
+    fp8 = is_fp8(kv_dtype)
     out_dtype = getattr(backend, "input_dtype", None) or q.dtype
     q3 = q.reshape(-1, hq, d)
-    qo_indptr = _qo_indptr(backend)[: bs + 1]
+    qo_indptr = backend_qo_indptr(backend)[: bs + 1]
 
     use_swa_table = window >= 0 and getattr(meta, "swa_page_table", None) is not None
     slots = meta.swa_page_table if use_swa_table else meta.kv_indices
 
     key = ConfigKey(
-        "mha_batch_prefill_func", _dname(q.dtype), _dname(kv_dtype), page, d, dv, hq, hkv,
+        "mha_batch_prefill_func", dtype_name(q.dtype), dtype_name(kv_dtype), page, d, dv, hq, hkv,
         window >= 0, sinks is not None, cap > 0,
     )
     def unsupported() -> Optional[str]:
@@ -50,12 +51,12 @@ def forward_extend_vectorized_5d(backend, q, k, v, layer, forward_batch, bs0, wi
         if d > 256 or dv > 256:
             return f"head dims {d}/{dv} exceed 256"
         if fp8:
-            aiter_fp8 = _aiter_fp8_dtype_safe()
+            aiter_fp8 = aiter_fp8_dtype()
             if aiter_fp8 is not None and aiter_fp8 != kv_dtype:
-                return f"KV cache is {_dname(kv_dtype)} but this aiter build's fp8 is {_dname(aiter_fp8)}"
+                return f"KV cache is {dtype_name(kv_dtype)} but this aiter build's fp8 is {dtype_name(aiter_fp8)}"
         return None
 
-    impl, fns = _route(key, _EXTEND_FNS, unsupported)
+    impl, fns = route(key, EXTEND_FNS, unsupported)
 
     def run_aiter(fns):
         o = _extend_aiter(
@@ -70,13 +71,13 @@ def forward_extend_vectorized_5d(backend, q, k, v, layer, forward_batch, bs0, wi
     if impl == "aiter":
         try:
             return run_aiter(fns)
-        except Exception as e:
-            if not _is_no_kernel(e):
+        except Exception as e:  # aiter raises any type; only its "no matching kernel" is caught, the rest re-raised
+            if not is_no_kernel(e):
                 raise
-            _remember(key, f"{type(e).__name__}: {e}")
+            remember_fallback(key, f"{type(e).__name__}: {e}")
 
     total_kv = int(forward_batch.seq_lens_sum)
-    max_len = _max_kv_len(backend, forward_batch, total_kv)
+    max_len = max_kv_len(backend, forward_batch, total_kv)
     block_tables = block_table_from_token_slots(meta.kv_indptr, slots[:total_kv], page, bs, max_len)
     kv_lens = forward_batch.seq_lens[:bs]
     if kv_lens.dtype != torch.int32:
@@ -85,7 +86,7 @@ def forward_extend_vectorized_5d(backend, q, k, v, layer, forward_batch, bs0, wi
         qo_indptr = qo_indptr.to(torch.int32)
     out = torch.empty((q3.shape[0], hq, dv), dtype=out_dtype, device=q.device)
     kw = portable_args(layer, backend, kv_dtype, q.device, window=window, sinks=sinks, cap=cap)
-    rescued = _run_portable(key, _EXTEND_FNS, unsupported, run_aiter, q.device, lambda: _kernels().extend_attention_5d(
+    rescued = run_portable(key, EXTEND_FNS, unsupported, run_aiter, q.device, lambda: kernels_module().extend_attention_5d(
         q3, k_cache, v_cache, block_tables, qo_indptr, kv_lens, causal=True, out=out, **kw,
     ))
     if rescued is not None:  # aiter's result (the portable kernel failed)
@@ -95,7 +96,8 @@ def forward_extend_vectorized_5d(backend, q, k, v, layer, forward_batch, bs0, wi
 
 def _extend_aiter(mha, backend, layer, forward_batch, q3, k, v, k_store, v_store, kv_dtype, page,
                   slots, qo_indptr, bs, hq, hkv, hkv_v, d, dv, fp8, window_size, cap, sinks):
-    torch = _torch()
+    import torch
+
     meta = backend.forward_metadata
     device = q3.device
     prefix = getattr(forward_batch, "extend_prefix_lens_cpu", None)
@@ -144,10 +146,10 @@ def _extend_aiter(mha, backend, layer, forward_batch, q3, k, v, k_store, v_store
     q_in = q3
     if fp8:
         q_in, q_descale = quantize_per_tensor(q3, kv_dtype)
-        k_descale, v_descale = _kv_scales(layer, backend, device)
+        k_descale, v_descale = kv_scales(layer, backend, device)
         descales = dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     kv_indptr = meta.kv_indptr[: bs + 1]
-    max_kv = _max_kv_len(backend, forward_batch, total_kv)
+    max_kv = max_kv_len(backend, forward_batch, total_kv)
     return mha(
         q=q_in if q_in.is_contiguous() else q_in.contiguous(),
         k=k_lin,

@@ -15,12 +15,11 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from ..aiter_pages import PA_DECODE_PAGES, decode_page_unsupported  # noqa: F401 - re-exported
 from ..surface_names import ENV_KV_CACHE_LAYOUT
-from .common import _scale_cache
+from ..errors import Kv5dNotReadyError
+from .. import kernel_failures
+from .common import clear_scale_cache
 
 logger = logging.getLogger("sglang_kv5d.attention")
-
-
-ENV_IMPL = "SGLANG_KV5D_ATTN_IMPL"
 
 
 IMPLS = ("auto", "aiter", "triton")
@@ -32,10 +31,10 @@ CONTEXT_PARTITION_SIZE = 256
 NO_KERNEL_MARK = "no matching kernel"
 
 
-_DECODE_FNS = ("pa_decode_gluon", "get_recommended_splits")
+DECODE_FNS = ("pa_decode_gluon", "get_recommended_splits")
 
 
-_EXTEND_FNS = ("mha_batch_prefill_func",)
+EXTEND_FNS = ("mha_batch_prefill_func",)
 
 
 EXTEND_SINKS_UNSUPPORTED = (
@@ -101,11 +100,16 @@ def reset_state() -> None:
     global _aiter_import_error
     with _lock:
         _fallbacks.clear()
-        _scale_cache.clear()
+        clear_scale_cache()
         _aiter_import_error = None
 
 
-def _aiter_functions(names) -> Tuple[Dict[str, Any], Optional[str]]:
+def aiter_import_error() -> Optional[str]:
+    """The remembered failure to import aiter (``Type: message``), or None."""
+    return _aiter_import_error
+
+
+def aiter_functions(names) -> Tuple[Dict[str, Any], Optional[str]]:
     """The aiter callables ``names`` (missing ones absent) and an import error, if any.
 
     Looked up on every call (a dict lookup once imported), so a replaced module
@@ -123,7 +127,7 @@ def _aiter_functions(names) -> Tuple[Dict[str, Any], Optional[str]]:
         return {}, _aiter_import_error
     found = {}
     for n in names:
-        fn = getattr(pa, n, None) if n in _DECODE_FNS else getattr(top, n, None)
+        fn = getattr(pa, n, None) if n in DECODE_FNS else getattr(top, n, None)
         if callable(fn):
             found[n] = fn
     return found, None
@@ -134,7 +138,7 @@ def _aiter_fp8_dtype():
     return getattr(getattr(mod, "dtypes", None), "fp8", None)
 
 
-def _remember(key: Any, reason: str) -> None:
+def remember_fallback(key: Any, reason: str) -> None:
     with _lock:
         if key in _fallbacks:
             return
@@ -142,12 +146,12 @@ def _remember(key: Any, reason: str) -> None:
     logger.warning(
         "sglang-kv5d: aiter cannot run %s (%s); using the portable Triton 5D path "
         "for this configuration from now on",
-        _key_text(key),
+        key_text(key),
         reason,
     )
 
 
-def _key_text(key: Any) -> str:
+def key_text(key: Any) -> str:
     if isinstance(key, ConfigKey):
         return (
             f"{key.function} [q {key.q_dtype}, kv {key.kv_dtype}, page {key.page_size}, "
@@ -158,7 +162,7 @@ def _key_text(key: Any) -> str:
     return str(key)
 
 
-def _route(key: ConfigKey, names, unsupported) -> Tuple[str, Dict[str, Any]]:
+def route(key: ConfigKey, names, unsupported) -> Tuple[str, Dict[str, Any]]:
     """('aiter', functions) or ('triton', {}) for one call.
 
     ``unsupported`` is a callable returning why aiter cannot serve this
@@ -170,32 +174,32 @@ def _route(key: ConfigKey, names, unsupported) -> Tuple[str, Dict[str, Any]]:
     with _lock:
         if key in _fallbacks:
             return "triton", {}
-    fns, err = _aiter_functions(names)
+    fns, err = aiter_functions(names)
     missing = [n for n in names if n not in fns]
     if err is not None or missing:
         if impl == "auto":
             return "triton", {}
         why = f"aiter is not importable ({err})" if err else f"aiter has no {', '.join(missing)}"
-        _remember(key, why)
+        remember_fallback(key, why)
         return "triton", {}
     why = unsupported() if unsupported is not None else None
     if why:
-        _remember(key, why)
+        remember_fallback(key, why)
         return "triton", {}
     return "aiter", fns
 
 
-def _is_no_kernel(e: BaseException) -> bool:
+def is_no_kernel(e: BaseException) -> bool:
     return NO_KERNEL_MARK in str(e)
 
 
 def aiter_problem() -> Optional[str]:
     """Why aiter cannot serve 5D attention in this process (None when it can):
     not importable, or without pa_decode_gluon / mha_batch_prefill_func."""
-    fns, err = _aiter_functions(_DECODE_FNS + _EXTEND_FNS)
+    fns, err = aiter_functions(DECODE_FNS + EXTEND_FNS)
     if err is not None:
         return f"aiter is not importable ({err})"
-    missing = [n for n in _DECODE_FNS + _EXTEND_FNS if n not in fns]
+    missing = [n for n in DECODE_FNS + EXTEND_FNS if n not in fns]
     return f"aiter has no {', '.join(missing)}" if missing else None
 
 
@@ -206,7 +210,7 @@ def _aiter_rescue(key: ConfigKey, names, unsupported) -> Tuple[Optional[Dict[str
         known = _fallbacks.get(key)
     if known is not None:
         return None, known
-    fns, err = _aiter_functions(names)
+    fns, err = aiter_functions(names)
     if err is not None:
         return None, f"aiter is not importable ({err})"
     missing = [n for n in names if n not in fns]
@@ -218,42 +222,38 @@ def _aiter_rescue(key: ConfigKey, names, unsupported) -> Tuple[Optional[Dict[str
     return fns, None
 
 
-def _run_portable(key: ConfigKey, names, unsupported, run_aiter, device, launch):
+def run_portable(key: ConfigKey, names, unsupported, run_aiter, device, launch):
     """Launch a portable kernel (returns None), or, when it fails or is known
     to fail for this configuration, return ``run_aiter(fns)`` where aiter can
     serve it; else raise Kv5dNotReadyError naming both causes and the fix.
 
     The host checks' TypeError / ValueError propagate as before. A kernel
-    failure is recorded once per configuration (sglang_kv5d.kernel_check),
+    failure is recorded once per configuration (sglang_kv5d.kernel_failures),
     so a failing compile is not retried, inside a CUDA-graph capture neither.
     """
-    from sglang_kv5d import kernel_check
-
-    kernel = kernel_check.DECODE if names is _DECODE_FNS else kernel_check.EXTEND
+    kernel = kernel_failures.DECODE if names is DECODE_FNS else kernel_failures.EXTEND
     pkey = key._replace(function=kernel)
-    failed = kernel_check.FAILED
+    failed = kernel_failures.FAILED
     reason = failed.get((kernel, pkey)) if failed else None
     error = None
     if reason is None:
         try:
             launch()
             return None
-        except Exception as e:
-            if kernel_check.is_host_validation(e):
+        except Exception as e:  # a kernel failure has no one type (CompilationError, OutOfResources, driver RuntimeError, ...)
+            if kernel_failures.is_host_validation(e):
                 raise
             error = e
     fns, why = _aiter_rescue(key, names, unsupported)
     if error is not None:
         fallback = ("aiter serves it" if fns is not None else
                     f"No other 5D attention path ({why}): such calls raise Kv5dNotReadyError")
-        reason = kernel_check.record_failure(kernel, pkey, error, shapes=_key_text(pkey), device=device,
-                                             fallback=fallback)
+        reason = kernel_failures.record_failure(kernel, pkey, error, shapes=key_text(pkey), device=device,
+                                                fallback=fallback)
     if fns is not None:
         return run_aiter(fns)
-    from sglang_kv5d.activation import Kv5dNotReadyError
-
     exc = Kv5dNotReadyError(
-        f"sglang-kv5d: no working 5D attention path for {_key_text(pkey)}: the portable kernel failed "
+        f"sglang-kv5d: no working 5D attention path for {key_text(pkey)}: the portable kernel failed "
         f"({reason}) and aiter cannot serve it ({why}). Fix: install an aiter build that serves this "
         f"configuration, or a Triton that compiles the portable kernels (`sglang-kv5d doctor`), or unset "
         f"{ENV_KV_CACHE_LAYOUT} to serve with the NHD layout"
@@ -263,8 +263,9 @@ def _run_portable(key: ConfigKey, names, unsupported, run_aiter, device, launch)
     raise exc
 
 
-def _aiter_fp8_dtype_safe():
+def aiter_fp8_dtype():
+    """aiter's fp8 dtype (``aiter.dtypes.fp8``), or None when aiter does not import."""
     try:
         return _aiter_fp8_dtype()
-    except Exception:
+    except Exception:  # importing aiter runs rocminfo / driver queries: anything may come out
         return None

@@ -5,7 +5,8 @@ compile error (``triton.compiler.errors.CompilationError``), too little shared
 memory or too many registers (``triton.runtime.errors.OutOfResources``), a
 driver error at load or launch (``RuntimeError``), the interpreter's
 ``InterpreterError``. The patched paths catch such failures, send the call to
-the path that runs without the overlay, and record the failure here:
+the path that runs without the overlay, and record the failure in the leaf
+:mod:`sglang_kv5d.kernel_failures` (re-exported here):
 
     record_failure(kernel, key, exc, ...)   remember (kernel, key); ONE warning
                                             naming the kernel, the shapes, the
@@ -52,17 +53,21 @@ before capture:
     attention_startup(...)     which 5D attention path the process will take,
                                and the Kv5dNotReadyError message when none works
 
-These take explicit shapes, dtypes and a device (``doctor`` can call them).
-The adapters read those from SGLang's pool and backend objects;
-``patches/fail_closed.py`` calls them when a 5D pool or the AITER backend is
-built.
+These take explicit shapes, dtypes and a device (``doctor`` can call them),
+and read no SGLang object, patch or engine state (a core module: it sits
+below the engine and the patches, tests/test_layers.py). The adapters that
+read the shapes from SGLang's pool and backend objects are
+``sglang_kv5d.patches.startup_checks`` (check_pool, check_backend), which
+``patches/fail_closed.py`` calls when a 5D pool or the AITER backend is built.
 
-    __init__.py         the records (FAILED, record_failure, failure, reset)
-    facts.py            what a message states: Triton version, target, error
-                        line, capture state, host-validation errors
+    sglang_kv5d/kernel_failures.py  the records (FAILED, record_failure,
+                        failure) and what a message states: Triton version,
+                        target, error line, capture state, host-validation
+                        errors (a leaf the hot paths import)
+    __init__.py         re-exports, reset
+    results.py          CheckResult, the results by (kernel, key), sync
     write_check.py      the FP8 write's key, shapes text and check
     attention_check.py  the portable attention check and the startup decision
-    adapters.py         check_pool / check_backend from SGLang's objects
 
 Cost: the check's time is the compile time of the variants it covers,
 which the process would otherwise pay at its first requests or inside
@@ -83,81 +88,26 @@ adds module loads and launches of scratch tensors of at most a few MiB.
 
 from __future__ import annotations
 
-import logging
-import threading
-from typing import Any, Dict, Hashable, NamedTuple, Optional, Tuple
-
-# Read through this module's globals by record_failure (tests replace capturing here).
-from .facts import capturing, error_line, interpreting, is_host_validation, target_text, triton_version
-
-logger = logging.getLogger("sglang_kv5d")
-
-FP8_WRITE = "write_kv_fp8"
-DECODE = "decode_attention_5d"
-EXTEND = "extend_attention_5d"
-VERIFY = "verify_attention_5d"  # decode_attention_5d with queries_per_seq = N (speculative target verify)
-
-#: (kernel, key) -> reason (the error's type and first line). Read it, never write it.
-FAILED: Dict[Tuple[str, Hashable], str] = {}
-_checked: Dict[Tuple[str, Hashable], "CheckResult"] = {}
-_lock = threading.Lock()
-
-
-class CheckResult(NamedTuple):
-    kernel: str
-    key: Hashable
-    ok: bool
-    error: Optional[str]  # the recorded reason when not ok
-    seconds: float  # wall time of the check (compiles included)
-    variants: Tuple[Any, ...]  # what was launched (token counts, or a description)
-
-
-def failure(kernel: str, key: Hashable) -> Optional[str]:
-    """Why (kernel, key) is known not to work in this process, or None."""
-    return FAILED.get((kernel, key))
-
-
-def failures() -> Dict[Tuple[str, Hashable], str]:
-    with _lock:
-        return dict(FAILED)
-
-
-def record_failure(kernel: str, key: Hashable, exc: BaseException, *, shapes: str, device,
-                   fallback: str, when: str = "at run time") -> str:
-    """Remember that ``kernel`` fails for ``key`` and warn once for it; returns the reason."""
-    reason = error_line(exc)
-    if capturing():
-        when += ", inside a CUDA-graph capture"
-    with _lock:
-        if (kernel, key) in FAILED:
-            return FAILED[(kernel, key)]
-        FAILED[(kernel, key)] = reason
-    logger.warning(
-        "sglang-kv5d: kernel %s failed %s for %s (Triton %s, target %s): %s. %s for this "
-        "configuration from now on; run `sglang-kv5d doctor` on this machine for the details",
-        kernel, when, shapes, triton_version(), target_text(device), reason, fallback,
-    )
-    return reason
+from ..kernel_failures import DECODE, EXTEND, FAILED, FP8_WRITE, VERIFY, capturing, error_line, failure, failures
+from ..kernel_failures import interpreting, is_host_validation, record_failure, reset_failures, target_text
+from ..kernel_failures import triton_version
+from .attention_check import DECODE_WIDE_TOKENS, AttentionDecision, attention_key, attention_shapes
+from .attention_check import attention_startup, check_attention, check_verify, verify_refusal
+from .results import CheckResult, check_results, forget_results
+from .write_check import FP8_WRITE_FALLBACK, FP8_WRITE_TOKENS, FP8_WRITE_TOKENS_INTERPRETER
+from .write_check import SCRATCH_BYTES_MAX, Fp8WriteKey, check_fp8_write, fp8_write_key, fp8_write_shapes
 
 
 def reset() -> None:
-    """Forget every record and check result (tests; a process never needs it)."""
-    with _lock:
-        FAILED.clear()
-        _checked.clear()
+    """Forget every failure record and check result (tests; a process never needs it)."""
+    reset_failures()
+    forget_results()
 
-
-# The checks; imported last, they use the records above.
-from .attention_check import DECODE_WIDE_TOKENS, AttentionDecision, attention_key, attention_shapes  # noqa: E402
-from .attention_check import attention_startup, check_attention, check_verify, verify_refusal  # noqa: E402
-from .write_check import FP8_WRITE_FALLBACK, FP8_WRITE_TOKENS, FP8_WRITE_TOKENS_INTERPRETER  # noqa: E402
-from .write_check import SCRATCH_BYTES_MAX, Fp8WriteKey, check_fp8_write, fp8_write_key, fp8_write_shapes  # noqa: E402
-from .adapters import _fp8_write_patched, check_backend, check_pool  # noqa: E402,F401
 
 __all__ = [
     "DECODE", "DECODE_WIDE_TOKENS", "EXTEND", "VERIFY", "FAILED", "FP8_WRITE", "FP8_WRITE_FALLBACK", "FP8_WRITE_TOKENS",
     "FP8_WRITE_TOKENS_INTERPRETER", "SCRATCH_BYTES_MAX", "AttentionDecision", "CheckResult", "Fp8WriteKey",
-    "attention_key", "attention_shapes", "attention_startup", "capturing", "check_attention", "check_backend", "check_verify",
-    "check_fp8_write", "check_pool", "error_line", "failure", "failures", "fp8_write_key", "fp8_write_shapes",
+    "attention_key", "attention_shapes", "attention_startup", "capturing", "check_attention", "check_results",
+    "check_verify", "check_fp8_write", "error_line", "failure", "failures", "fp8_write_key", "fp8_write_shapes",
     "interpreting", "is_host_validation", "record_failure", "reset", "target_text", "triton_version", "verify_refusal",
 ]

@@ -16,8 +16,8 @@ import time
 from typing import List, NamedTuple, Optional, Tuple
 
 from .. import config
-from . import DECODE, EXTEND, VERIFY, CheckResult, _checked, _lock, record_failure
-from .facts import _dname, sync, target_text, triton_version
+from ..kernel_failures import DECODE, EXTEND, VERIFY, dtype_name, record_failure, target_text, triton_version
+from .results import CheckResult, checked, remember, sync
 
 logger = logging.getLogger("sglang_kv5d")
 
@@ -30,14 +30,14 @@ def attention_key(kernel: str, *, q_dtype, kv_dtype, page: int, q_heads: int, kv
                   v_head_dim: int, window: bool, sinks: bool = False, logit_cap: bool = False):
     from ..attention import ConfigKey
 
-    return ConfigKey(kernel, _dname(q_dtype), _dname(kv_dtype), int(page), int(head_dim), int(v_head_dim),
+    return ConfigKey(kernel, dtype_name(q_dtype), dtype_name(kv_dtype), int(page), int(head_dim), int(v_head_dim),
                      int(q_heads), int(kv_heads), bool(window), bool(sinks), bool(logit_cap))
 
 
 def attention_shapes(key) -> str:
-    from ..attention import _key_text
+    from ..attention import key_text
 
-    return _key_text(key)
+    return key_text(key)
 
 
 def _scratch(*, kv_dtype, cache_dtype, page: int, x: int, kv_heads: int, head_dim: int, v_head_dim: int, device,
@@ -46,7 +46,7 @@ def _scratch(*, kv_dtype, cache_dtype, page: int, x: int, kv_heads: int, head_di
     ``kv_dtype``) and the keyword arguments every scratch kernel call takes."""
     import torch
 
-    fp8 = kv_dtype != cache_dtype or _dname(kv_dtype).startswith("float8")
+    fp8 = kv_dtype != cache_dtype or dtype_name(kv_dtype).startswith("float8")
     kc = torch.zeros((2, kv_heads, head_dim // x, page, x), dtype=cache_dtype, device=device)
     vc = torch.zeros((2, kv_heads, page // x, v_head_dim, x), dtype=cache_dtype, device=device)
     if kc.dtype != kv_dtype:
@@ -71,8 +71,7 @@ def check_attention(*, q_dtype, kv_dtype, cache_dtype, page: int, x: int, q_head
     for kernel in (DECODE, EXTEND):
         key = attention_key(kernel, q_dtype=q_dtype, kv_dtype=kv_dtype, page=page, q_heads=q_heads,
                             kv_heads=kv_heads, head_dim=head_dim, v_head_dim=v_head_dim, window=window)
-        with _lock:
-            done = _checked.get((kernel, key))
+        done = checked(kernel, key)
         if done is not None:
             results.append(done)
             continue
@@ -103,14 +102,13 @@ def check_attention(*, q_dtype, kv_dtype, cache_dtype, page: int, x: int, q_head
                 lens = torch.tensor([n], dtype=torch.int32, device=dev)
                 kernels.extend_attention_5d(q, kc, vc, table, qo, lens, causal=True, out=out, **common)
             sync(dev)
-        except Exception as exc:
+        except Exception as exc:  # a kernel failure has no one type (CompilationError, OutOfResources, driver RuntimeError, ...)
             error = record_failure(kernel, key, exc, shapes=attention_shapes(key), device=dev,
                                    fallback=fallback or "no other 5D attention path", when=when)
         wide_entries = DECODE_WIDE_TOKENS // page
         variants = (f"2 and {wide_entries} table entries",) if kernel == DECODE else ("2 table entries",)
         result = CheckResult(kernel, key, error is None, error, time.perf_counter() - start, variants)
-        with _lock:
-            _checked[(kernel, key)] = result
+        remember(result)
         if error is None:
             logger.info("sglang-kv5d: kernel check: %s ran for %s in %.2f s (Triton %s, target %s)", kernel,
                         attention_shapes(key), result.seconds, triton_version(), target_text(dev))
@@ -135,8 +133,7 @@ def check_verify(*, q_dtype, kv_dtype, cache_dtype, page: int, x: int, q_heads: 
     shape_key = attention_key(VERIFY, q_dtype=q_dtype, kv_dtype=kv_dtype, page=page, q_heads=q_heads,
                               kv_heads=kv_heads, head_dim=head_dim, v_head_dim=v_head_dim, window=window)
     key = (shape_key, n)  # each draft count is its own compiled variant (PACK constexpr)
-    with _lock:
-        done = _checked.get((VERIFY, key))
+    done = checked(VERIFY, key)
     if done is not None:
         return done
     dev = torch.device(device)
@@ -155,13 +152,12 @@ def check_verify(*, q_dtype, kv_dtype, cache_dtype, page: int, x: int, q_heads: 
         for table in (short, wide):
             kernels.decode_attention_5d(q, kc, vc, table, lens, out=out, queries_per_seq=n, **common)
         sync(dev)
-    except Exception as exc:
+    except Exception as exc:  # a kernel failure has no one type (CompilationError, OutOfResources, driver RuntimeError, ...)
         error = record_failure(VERIFY, key, exc, shapes=f"{attention_shapes(shape_key)}, {n} drafts per request",
                                device=dev, fallback="no other 5D verify path (SGLang's is wrong on 5D)", when=when)
     result = CheckResult(VERIFY, key, error is None, error, time.perf_counter() - start,
                          (f"{n} drafts, 2 and {wide_entries} table entries",))
-    with _lock:
-        _checked[(VERIFY, key)] = result
+    remember(result)
     if error is None:
         logger.info("sglang-kv5d: kernel check: the packed verify kernel ran for %s, %d drafts, in %.2f s "
                     "(Triton %s, target %s)", attention_shapes(shape_key), n, result.seconds, triton_version(),

@@ -3,7 +3,7 @@
 :func:`check_fp8_write` compiles and runs ``kernels.fp8_write.write_kv_fp8``
 for a pool's real shapes and dtypes on scratch tensors (never the real
 caches), for the token counts of decode batches and prefill chunks (each its
-own Triton variant); a failure is recorded (sglang_kv5d.kernel_check), so the
+own Triton variant); a failure is recorded (sglang_kv5d.kernel_failures), so the
 run-time path sends that configuration to SGLang's own write without trying.
 """
 
@@ -13,8 +13,9 @@ import logging
 import time
 from typing import List, NamedTuple, Optional, Sequence
 
-from . import FP8_WRITE, CheckResult, _checked, _lock, record_failure
-from .facts import _dname, interpreting, is_host_validation, sync, target_text, triton_version
+from ..kernel_failures import FP8_WRITE, dtype_name, interpreting, is_host_validation, record_failure, target_text
+from ..kernel_failures import triton_version
+from .results import CheckResult, checked, remember, sync
 
 logger = logging.getLogger("sglang_kv5d")
 
@@ -59,7 +60,7 @@ def fp8_write_key(in_dtype, fp8_dtype, k_cache, v_cache) -> Fp8WriteKey:
         v_head_dim, layout = v_cache.shape[3], "5d"
     else:
         heads, head_dim, page, v_head_dim, layout = k_cache.shape[1], k_cache.shape[2], 1, v_cache.shape[2], "nhd"
-    return Fp8WriteKey(_dname(in_dtype), _dname(fp8_dtype), _dname(k_cache.dtype), int(heads), int(head_dim),
+    return Fp8WriteKey(dtype_name(in_dtype), dtype_name(fp8_dtype), dtype_name(k_cache.dtype), int(heads), int(head_dim),
                        int(v_head_dim), int(page), layout, str(k_cache.device))
 
 
@@ -96,8 +97,7 @@ def check_fp8_write(*, in_dtype, fp8_dtype, cache_dtype, heads: int, head_dim: i
     probe_k = torch.empty(kc_shape, dtype=cache_dtype, device="meta")
     probe_v = torch.empty(vc_shape, dtype=cache_dtype, device="meta")
     key = fp8_write_key(in_dtype, fp8_dtype, probe_k, probe_v)._replace(device=str(dev))
-    with _lock:
-        done = _checked.get((FP8_WRITE, key))
+    done = checked(FP8_WRITE, key)
     if done is not None:
         return done
     if token_counts is None:
@@ -126,14 +126,13 @@ def check_fp8_write(*, in_dtype, fp8_dtype, cache_dtype, heads: int, head_dim: i
             fp8_write.write_kv_fp8(k, v, kc, vc, loc, 1.0, 1.0, fp8_dtype=fp8_dtype)
             del k, v, kc, vc, loc
         sync(dev)
-    except Exception as exc:
+    except Exception as exc:  # a kernel failure has no one type (CompilationError, OutOfResources, driver RuntimeError, ...)
         what = "refused these shapes" if is_host_validation(exc) else "cannot run"
         error = record_failure(FP8_WRITE, key, exc, shapes=fp8_write_shapes(key), device=dev,
                                fallback=FP8_WRITE_FALLBACK, when=f"{when} ({what})")
     seconds = time.perf_counter() - start
     result = CheckResult(FP8_WRITE, key, error is None, error, seconds, tuple(tokens))
-    with _lock:
-        _checked[(FP8_WRITE, key)] = result
+    remember(result)
     if error is None:
         logger.info("sglang-kv5d: kernel check: %s ran for %s with %s tokens in %.2f s (Triton %s, target %s)",
                     FP8_WRITE, fp8_write_shapes(key), "/".join(map(str, tokens)), seconds, triton_version(),

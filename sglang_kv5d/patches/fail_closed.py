@@ -45,20 +45,20 @@ def _own_init(instance, patch_name: str) -> bool:
 
 
 def _check_pool(instance, args, kwargs) -> None:
-    from .. import kernel_check
+    from .startup_checks import check_pool
 
     if _own_init(instance, "fail-closed-pool"):
-        kernel_check.check_pool(instance)
+        check_pool(instance)
 
 
 def _check_backend(instance, args, kwargs) -> None:
-    from .. import kernel_check
+    from .startup_checks import check_backend
 
     model_runner = args[0] if args else kwargs.get("model_runner")
     if model_runner is not None:
         _check_upstream_layout(instance, model_runner)
         _check_speculative(instance, model_runner)  # first: a refused configuration compiles nothing
-        kernel_check.check_backend(instance, model_runner)
+        check_backend(instance, model_runner)
 
 
 def _refuse_unchecked_pools(instance, args, kwargs) -> None:
@@ -108,7 +108,7 @@ def _check_speculative(backend, model_runner) -> None:
     def state(name):
         try:
             return st.patch(name).state
-        except Exception:
+        except KeyError:  # Status.patch: no patch of that name in this process
             return "not registered"
 
     # The runner's own server arguments, resolved as SGLang resolved them (its

@@ -34,7 +34,7 @@ sends the call to the original, which writes every slot of the call (the
 fused write is one launch: when it raises, nothing of it ran). The failure is
 recorded per configuration in sglang_kv5d.kernel_check with one warning, and
 later calls of that configuration go to the original without trying the
-kernel again (inside a CUDA-graph capture too). ``kernel_check.check_pool``
+kernel again (inside a CUDA-graph capture too). ``startup_checks.check_pool``
 runs the kernel for a pool's shapes when the pool is built (patches/fail_closed.py).
 """
 
@@ -87,6 +87,19 @@ def pool_plan(pool, fp8_dtypes) -> bool:
         plan = eligible(pool, fp8_dtypes)
         pool.__dict__[_PLAN] = plan
     return plan
+
+
+def fp8_write_patched(pool) -> bool:
+    """Does this pool's class write through this patch (its ``set_kv_buffer``
+    as found on the MRO carries the fp8-kv-write marker)?"""
+    from ..activation import patch_marker
+
+    raw = None
+    for cls in type(pool).__mro__:
+        if "set_kv_buffer" in cls.__dict__:
+            raw = cls.__dict__["set_kv_buffer"]
+            break
+    return patch_marker(raw) == "fp8-kv-write"
 
 
 _KEYS = "_kv5d_fp8_write_keys"  # per-pool {input dtype: kernel_check.Fp8WriteKey}
@@ -164,7 +177,7 @@ def _make(original):
         try:
             fp8_write.write_kv_fp8(cache_k, cache_v, pool.k_buffer[idx], pool.v_buffer[idx], loc, k_scale, v_scale,
                                    fp8_dtype=dtype)
-        except Exception as exc:
+        except Exception as exc:  # a kernel failure has no one type (CompilationError, OutOfResources, driver RuntimeError, ...)
             if not kernel_check.is_host_validation(exc):
                 # The kernel itself failed (compile, resources, launch): one
                 # launch, so nothing was written; remember it for this

@@ -53,12 +53,11 @@ _PLAN = "_kv5d_prefix_valid_plan"  # per-pool: (is 5D, fused write eligible)
 def _pool_plan(pool, fp8_dtypes):
     plan = pool.__dict__.get(_PLAN)
     if plan is None:
-        from .. import kernel_check
         from ..pools import is_vectorized_5d
-        from .fp8_kv_write import eligible
+        from .fp8_kv_write import eligible, fp8_write_patched
 
         five = is_vectorized_5d(pool)
-        fused = bool(five and kernel_check._fp8_write_patched(pool) and eligible(pool, fp8_dtypes))
+        fused = bool(five and fp8_write_patched(pool) and eligible(pool, fp8_dtypes))
         plan = pool.__dict__[_PLAN] = (five, fused)
     return plan
 
@@ -132,7 +131,7 @@ def _make(original):
         try:
             fp8_write.write_kv_fp8(k, v, k_cache, v_cache, core.masked_slots(loc_2d, commit_lens), ks, vs,
                                    fp8_dtype=pool.dtype)
-        except Exception as exc:
+        except Exception as exc:  # a kernel failure has no one type (CompilationError, OutOfResources, driver RuntimeError, ...)
             if isinstance(exc, fp8_write.ScaleError):
                 # A refused scale is a wrong model constant: every write path
                 # (fp8-kv-write's too, which set_kv_buffer would reach) refuses

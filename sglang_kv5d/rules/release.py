@@ -111,7 +111,7 @@ def _kv5d011(ctx: Context, rule: Rule):
 def _unpatched(name: str) -> str:
     """What runs wrong without patch ``name`` (its ``problem``), for KV5D011's non-strict message."""
     try:
-        from ..patches import load_builtin
+        from ..activation.patch_type import load_builtin
 
         problem = (load_builtin(name).problem or "").strip()
     except Exception:  # a third-party patch, or one that cannot load: its name says enough

@@ -29,9 +29,9 @@ def run_selftest(geo: Geometry, device: str, progress: Optional[Callable[[str], 
         os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ[ENV_KV_CACHE_LAYOUT] = "vectorized_5d"
 
-    import sglang_kv5d
+    from ..activation import activate, status as overlay_status
 
-    sglang_kv5d.activate()
+    activate(route="api")  # as sglang_kv5d.activate() does
     import torch
 
     mp = importlib.import_module(MEMORY_POOL)
@@ -40,7 +40,7 @@ def run_selftest(geo: Geometry, device: str, progress: Optional[Callable[[str], 
     setattr(mp, attr_name("memory_pool._use_aiter"), True)
     from ..state import APPLIED, UPSTREAM  # upstream: that SGLang has the fix (re-verified at backend build)
 
-    status = sglang_kv5d.status()
+    status = overlay_status()
     not_applied = {p.name: f"{p.state}: {p.reason}" for p in status.patches if p.name in NEEDED and p.state not in (APPLIED, UPSTREAM)}
     if not_applied:
         return {"ok": False, "geometry": asdict(geo), "device": device, "phases": [],
@@ -48,15 +48,16 @@ def run_selftest(geo: Geometry, device: str, progress: Optional[Callable[[str], 
 
     fp8_dtype = _fp8_dtype(device, torch)
     from .. import attention as _attention
+    from ..config import ATTN_IMPL
 
     paths, why = attention_paths(device, both=both_paths)
     say(f"attention paths: {', '.join(paths)} ({why})")
     phases, failures, flags, path_info = [], [], {}, {}
-    saved = os.environ.get(_attention.ENV_IMPL)
+    saved = os.environ.get(ATTN_IMPL)
     try:
         for path in paths:
             if path != "default":
-                os.environ[_attention.ENV_IMPL] = path
+                os.environ[ATTN_IMPL] = path
             _attention.reset_state()
             p_phases, p_failures, flags = _run_path(geo, device, fp8_dtype, say, path)
             served = _served(path, _attention)
@@ -68,9 +69,9 @@ def run_selftest(geo: Geometry, device: str, progress: Optional[Callable[[str], 
             say(f"path {path}: {served['ran']}")
     finally:
         if saved is None:
-            os.environ.pop(_attention.ENV_IMPL, None)
+            os.environ.pop(ATTN_IMPL, None)
         else:
-            os.environ[_attention.ENV_IMPL] = saved
+            os.environ[ATTN_IMPL] = saved
         _attention.reset_state()
     for name, f in flags.items():
         if not f["kv_cache_is_vectorized_5d"] or not f["decode_page_table"]:
@@ -111,18 +112,19 @@ def attention_paths(device: str, *, both: Optional[bool] = None) -> Tuple[List[s
     ``both`` forces the choice (tests emulate ROCm with the fake aiter).
     """
     from .. import attention as _attention
+    from ..config import ATTN_IMPL
 
     if both is None:
         import torch
 
         rocm = device != "cpu" and bool(getattr(torch.version, "hip", None))
         if not rocm:
-            return ["default"], f"not ROCm: {_attention.ENV_IMPL}={_attention.selected_impl()}"
+            return ["default"], f"not ROCm: {ATTN_IMPL}={_attention.selected_impl()}"
         both = _attention.selected_impl() != "triton"  # an explicit portable-only choice is kept
     if not both:
-        return ["default"], f"{_attention.ENV_IMPL}={_attention.selected_impl()}"
-    fns, err = _attention._aiter_functions(_attention._DECODE_FNS + _attention._EXTEND_FNS)
-    missing = [n for n in _attention._DECODE_FNS + _attention._EXTEND_FNS if n not in fns]
+        return ["default"], f"{ATTN_IMPL}={_attention.selected_impl()}"
+    fns, err = _attention.aiter_functions(_attention.DECODE_FNS + _attention.EXTEND_FNS)
+    missing = [n for n in _attention.DECODE_FNS + _attention.EXTEND_FNS if n not in fns]
     if err or missing:
         _attention.reset_state()
         why = f"aiter is not importable ({err})" if err else f"aiter has no {', '.join(missing)}"
@@ -132,7 +134,7 @@ def attention_paths(device: str, *, both: Optional[bool] = None) -> Tuple[List[s
 
 def _served(path: str, _attention) -> dict:
     """What served a path's calls: the configurations aiter could not run went portable."""
-    fallbacks = {_attention._key_text(k): why for k, why in _attention.fallback_configs().items()}
+    fallbacks = {_attention.key_text(k): why for k, why in _attention.fallback_configs().items()}
     if path == "triton":
         ran = "portable Triton kernels"
     elif path == "aiter":

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .. import attention as _attention
+from ..attention.common import is_fp8, kernels_module, layer_cache, layer_window, portable_args
 
 
 class VerifyLayoutError(ValueError):
@@ -53,7 +53,7 @@ class VerifyLayoutError(ValueError):
 def verify_tables(backend, layer):
     """(page table, window) for ``layer``: the SWA table for windowed layers when present."""
     meta = backend.forward_metadata
-    window = _attention._layer_window(layer)
+    window = layer_window(layer)
     table = meta.kv_indices
     swa = getattr(meta, "swa_page_table", None)
     if window >= 0 and swa is not None:
@@ -75,7 +75,7 @@ def write_verify_kv(backend, layer, forward_batch, k, v, write_loc_cls) -> None:
     the pool's ``set_kv_buffer`` is the overlay's fused write when fp8-kv-write is on.
     """
     k_scale = v_scale = None
-    if _attention._is_fp8(getattr(backend, "kv_cache_dtype", None)):
+    if is_fp8(getattr(backend, "kv_cache_dtype", None)):
         k_scale = layer.k_scale if layer.k_scale is not None else backend.k_scale
         v_scale = layer.v_scale if layer.v_scale is not None else backend.v_scale
     meta = backend.forward_metadata
@@ -87,7 +87,8 @@ def query_context_lens(prefix_lens, n: int, *, causal: bool = True):
     """``(bs * n,)`` int32 KV length of each verify query row: draft ``t`` of a
     request with ``prefix`` cached tokens sees ``prefix + t + 1`` keys (causal),
     or all ``prefix + n`` (block-parallel drafts). Device ops only."""
-    torch = _attention._torch()
+    import torch
+
     prefix = prefix_lens.to(torch.int32)
     if causal:
         steps = torch.arange(1, n + 1, dtype=torch.int32, device=prefix.device)
@@ -104,8 +105,9 @@ def forward_target_verify_5d(backend, q, layer, forward_batch, sinks: Optional[A
     see all ``seq_lens + N`` keys (block-parallel drafts). Output dtype: the
     backend's ``input_dtype`` or q's.
     """
-    torch = _attention._torch()
-    _, k_cache, v_cache, _, _, kv_dtype, _ = _attention._layer_cache(backend, layer)
+    import torch
+
+    _, k_cache, v_cache, _, _, kv_dtype, _ = layer_cache(backend, layer)
     meta = backend.forward_metadata
     hq = int(layer.tp_q_head_num)
     d, dv = int(layer.qk_head_dim), int(layer.v_head_dim)
@@ -135,7 +137,7 @@ def forward_target_verify_5d(backend, q, layer, forward_batch, sinks: Optional[A
         q3 = q3.to(out_dtype)
     out = torch.empty((q3.shape[0], hq, dv), dtype=out_dtype, device=q.device)
     cap = float(getattr(layer, "logit_cap", 0.0) or 0.0)
-    kw = _attention.portable_args(layer, backend, kv_dtype, q.device, window=window, sinks=sinks, cap=cap)
-    _attention._kernels().decode_attention_5d(q3, k_cache, v_cache, table[:bs], kv_lens, out=out,
+    kw = portable_args(layer, backend, kv_dtype, q.device, window=window, sinks=sinks, cap=cap)
+    kernels_module().decode_attention_5d(q3, k_cache, v_cache, table[:bs], kv_lens, out=out,
                                               queries_per_seq=n, **kw)
     return out.reshape(-1, hq * dv)

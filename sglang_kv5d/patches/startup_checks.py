@@ -1,8 +1,10 @@
 """Shapes from SGLang's objects: the checks run when a 5D pool or the AITER backend is built.
 
 Called by the fail-closed guards (sglang_kv5d/patches/fail_closed.py);
-everything SGLang-specific about the checks is here, the checks themselves
-take explicit shapes, dtypes and a device.
+everything SGLang-specific about the checks is here (the pool's buffers, the
+backend, the engine's patch states), the checks themselves
+(sglang_kv5d.kernel_check) take explicit shapes, dtypes and a device. Not a
+patch: a helper module of the patches.
 """
 
 from __future__ import annotations
@@ -10,31 +12,20 @@ from __future__ import annotations
 import logging
 from typing import Iterable, List, Optional
 
-from . import CheckResult
-from .attention_check import AttentionDecision, attention_startup, check_attention, check_verify, verify_refusal
-from .write_check import check_fp8_write
+from ..kernel_check import AttentionDecision, CheckResult, attention_startup, check_attention, check_fp8_write
+from ..kernel_check import check_verify, verify_refusal
 
 logger = logging.getLogger("sglang_kv5d")
-
-
-def _fp8_write_patched(pool) -> bool:
-    from ..activation import patch_marker
-
-    raw = None
-    for cls in type(pool).__mro__:
-        if "set_kv_buffer" in cls.__dict__:
-            raw = cls.__dict__["set_kv_buffer"]
-            break
-    return patch_marker(raw) == "fp8-kv-write"
 
 
 def check_pool(pool, in_dtypes: Iterable = None) -> List[CheckResult]:
     """Check the FP8 write for one leaf MHA pool the fused write serves."""
     import torch
 
-    from ..patches.fp8_kv_write import _fp8_dtypes, eligible
+    from ..platform import fp8_kv_dtypes
+    from .fp8_kv_write import eligible, fp8_write_patched
 
-    if not _fp8_write_patched(pool) or not eligible(pool, _fp8_dtypes()):
+    if not fp8_write_patched(pool) or not eligible(pool, fp8_kv_dtypes()):
         return []
     k0, v0 = pool.k_buffer[0], pool.v_buffer[0]
     layout_5d = k0.dim() == 5
@@ -117,7 +108,7 @@ def check_backend(backend, model_runner) -> Optional[AttentionDecision]:
 def _state(st, name: str) -> Optional[str]:
     try:
         return st.patch(name).state
-    except Exception:
+    except KeyError:  # Status.patch: no patch of that name in this process
         return None
 
 
