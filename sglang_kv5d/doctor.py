@@ -355,7 +355,8 @@ def _kernels_section(ctx: DoctorContext) -> List[Check]:
         info = ctx.facts.get("platform")
         if info is None or not info.device:
             return [Check("kernels", OK, "no GPU here: not compiled",
-                          "sglang-kv5d doctor --kernels-for gfx942|gfx950|sm_90 compiles them for an arch on any machine")]
+                          f"sglang-kv5d doctor --kernels-for {'|'.join(_platform.KNOWN_ARCHS)} compiles them for an "
+                          "arch on any machine")]
         arch = "device"
     from .kernel_report import summarize
 

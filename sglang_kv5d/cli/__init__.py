@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 import click
 
 from .._version import __version__
+from ..platform import KNOWN_ARCHS
 from ..safe_text import printable
 
 
@@ -48,7 +49,7 @@ def _progress(enabled: bool):
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON (a list of {name, status, detail, fix}).")
 @click.option("--no-spawn", is_flag=True, help="Skip the spawn probe (starting a child interpreter).")
-@click.option("--kernels-for", "kernels_for", type=click.Choice(["gfx942", "gfx950", "sm_90"]), default=None,
+@click.option("--kernels-for", "kernels_for", type=click.Choice(list(KNOWN_ARCHS)), default=None,
               help="Compile every kernel for this GPU arch (on any machine, nothing is launched) and report "
                    "registers, LDS / shared memory, waves per SIMD and the path the overlay takes; "
                    "without it the GPU here is used, if any.")
