@@ -252,9 +252,9 @@ def _spawn_probe_child(queue) -> None:
     try:
         importlib.import_module(SGLANG_PACKAGE)  # the .pth bootstrap activates on this import
 
-        import sglang_kv5d
+        from .activation import status
 
-        st = sglang_kv5d.status()
+        st = status()
         queue.put(json.dumps({"active": st.active, "routes": st.routes, "pid": os.getpid()}))
     except Exception as exc:  # a child process: whatever SGLang's import raises is the finding, sent to the parent
         queue.put(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
