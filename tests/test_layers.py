@@ -33,7 +33,9 @@ between two different top-level units of one layer only without a cycle):
     6 tools       launch, doctor, selftest, bench, kernel_report, manifests
     7 entry       cli, the package __init__, _bootstrap, _sglang_plugin
 
-A second test keeps shared names public: no module of the package imports an
+Patches reach the engine only through ``sglang_kv5d.activation`` (its public
+functions) and ``sglang_kv5d.activation.patch_type``. A further test keeps
+shared names public: no module of the package imports an
 ``_underscore`` name from another of its modules (dunders allowed), nor reads
 ``module._name`` off a module it imported.
 """
@@ -316,6 +318,16 @@ def test_no_cycles_between_units():
 def test_no_import_from_a_lower_layer_to_a_higher_one():
     arrows = up_arrows()
     assert not arrows, "imports from a lower layer to a higher one:\n" + "\n".join(arrows)
+
+
+def test_patches_reach_the_engine_through_its_public_face():
+    """A patch imports the engine's package (its public functions) or the patch
+    type, never the lifecycle, install or registry modules themselves."""
+    allowed = {"sglang_kv5d.activation", "sglang_kv5d.activation.patch_type"}
+    graph = import_graph()
+    found = [f"{m}:{line} imports {t}" for m, edges in sorted(graph.items()) if unit_of(m) == "patches"
+             for t, line in sorted(edges.items()) if unit_of(t) == "activation" and t not in allowed]
+    assert not found, "\n".join(found)
 
 
 def test_no_private_names_across_modules():

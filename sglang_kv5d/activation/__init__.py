@@ -28,7 +28,7 @@ Importing this package imports neither SGLang, torch nor wrapt.
 
 from .guard import Kv5dError, Kv5dNotReadyError, enforce_5d_ready, fail_closed
 from .install import patch_marker, resolve_loaded
-from .lifecycle import activate, deactivate, status
+from .lifecycle import activate, deactivate, patch_state, status, strict_mode
 from .registry import PatchProbe, probe_patches
 
 __all__ = [
@@ -40,7 +40,9 @@ __all__ = [
     "enforce_5d_ready",
     "fail_closed",
     "patch_marker",
+    "patch_state",
     "probe_patches",
     "resolve_loaded",
     "status",
+    "strict_mode",
 ]

@@ -398,6 +398,18 @@ def deactivate() -> Status:
         return st
 
 
+def patch_state(name: str) -> Optional[str]:
+    """Patch ``name``'s state in this process (None: not registered), read
+    without the side effects of :func:`status` (for patches asking at run time)."""
+    rec = engine.records.get(name)
+    return None if rec is None else rec.state
+
+
+def strict_mode() -> bool:
+    """Is the engine in strict (fail-closed) mode? Read, never recomputed."""
+    return bool(engine.strict)
+
+
 def status() -> Status:
     """This process's status (patches are listed once the overlay was activated)."""
     eng = engine

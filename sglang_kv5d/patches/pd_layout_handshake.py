@@ -72,17 +72,16 @@ class PdLayoutMismatchError(RuntimeError):
 
 def head_slice_5d_installed() -> bool:
     """Is pd-head-slice-5d (the overlay's 5D head-sliced PD transfer) applied in this process?"""
-    from ..activation.lifecycle import engine
+    from ..activation import patch_state
     from ..state import APPLIED
 
-    rec = engine.records.get(HEAD_SLICE_PATCH)
-    return rec is not None and rec.state == APPLIED
+    return patch_state(HEAD_SLICE_PATCH) == APPLIED
 
 
 def _strict() -> bool:
-    from ..activation.lifecycle import engine
+    from ..activation import strict_mode
 
-    return bool(engine.strict)
+    return strict_mode()
 
 
 def judge(local: str, peer, *, local_tp=None, peer_tp=None, where: str = "") -> None:
