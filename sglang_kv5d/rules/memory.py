@@ -137,8 +137,8 @@ def _kv5d008(ctx: Context, rule: Rule):
 
 
 # --kv-cache-dtype values whose 5D storage the overlay's kernels verify: the fused
-# FP8 write (kernels/fp8_write.py) takes float8_e4m3fn / float8_e4m3fnuz caches only,
-# the portable 5D attention (kernels/attention_5d.py) those two and bf16 / fp16.
+# FP8 write (kernels/fp8_write/) takes float8_e4m3fn / float8_e4m3fnuz caches only,
+# the portable 5D attention (kernels/attention_5d/) those two and bf16 / fp16.
 VERIFIED_5D_KV_DTYPES = ("auto", "fp8_e4m3", "bf16", "bfloat16")
 _FP32_MODEL_DTYPES = ("float32", "float", "fp32")
 E5M2 = "fp8_e5m2"

@@ -5,7 +5,7 @@ figures next to those of the production peer, compiled the same way.
 
 The peer is aiter's source as it is, loaded from ``../shared/aiter-src`` (next
 to the repository root) at test time; nothing of it is copied here. Its real
-Python wrapper is called with the arguments ``sglang_kv5d.attention._decode_aiter``
+Python wrapper is called with the arguments ``sglang_kv5d.attention.decode._decode_aiter``
 passes (bf16 query, query length 1, 5D caches, per-tensor fp32 KV scales for
 fp8, ``ps=True``, the splits of aiter's ``get_recommended_splits``), and every
 kernel launch it makes is recorded instead of run: grid, arguments and launch
@@ -421,7 +421,7 @@ def compile_pa_decode_gluon(arch: str, *, num_q_heads: int, num_kv_heads: int, h
     group = num_q_heads // num_kv_heads
     recorded: list = []
     with _LOCK, _swapped_modules(peer.tree), _recording(mod, recorded):
-        # as sglang_kv5d.attention._decode_aiter, for a layer without a sliding window
+        # as sglang_kv5d.attention.decode._decode_aiter, for a layer without a sliding window
         splits = int(mod.get_recommended_splits(num_sequences=batch, num_kv_heads=num_kv_heads))
         key_scale = torch.empty((1,), dtype=torch.float32, device="meta") if fp8 else None
         value_scale = torch.empty((1,), dtype=torch.float32, device="meta") if fp8 else None
