@@ -102,7 +102,6 @@ def _resolve(name: str, modules) -> str:
 def _imports(mod: str, path: str, modules) -> List[Tuple[str, str, int]]:
     """(target module, imported name or '', line) for every import of the package in ``mod``."""
     tree = ast.parse(open(path, encoding="utf-8").read(), path)
-    package = mod if _is_package(path) else mod.rpartition(".")[0]
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -110,19 +109,7 @@ def _imports(mod: str, path: str, modules) -> List[Tuple[str, str, int]]:
                 if alias.name == PKG or alias.name.startswith(PKG + "."):
                     out.append((_resolve(alias.name, modules), "", node.lineno))
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                if node.level > 1:
-                    base = base[: len(base) - (node.level - 1)]
-                src = ".".join(base + ([node.module] if node.module else []))
-            else:
-                src = node.module or ""
-            if not (src == PKG or src.startswith(PKG + ".")):
-                continue
-            for alias in node.names:
-                sub = f"{src}.{alias.name}"
-                target = sub if sub in modules else _resolve(src, modules)
-                out.append((target, "" if sub in modules else alias.name, node.lineno))
+            out += _imports_of_node(mod, path, node, modules)
     return [(t, n, ln) for t, n, ln in out if t and t != mod]
 
 
@@ -280,6 +267,8 @@ def private_imports(root: str = ROOT) -> List[str]:
 
 
 def _imports_of_node(mod, path, node, modules):
+    """(target module, imported name or '', line) for each name of one ``from ... import``
+    of the package: the module itself when ``name`` is one, else the module it is read from."""
     package = mod if _is_package(path) else mod.rpartition(".")[0]
     if node.level:
         base = package.split(".")
