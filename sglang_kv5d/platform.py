@@ -95,9 +95,11 @@ def _dtype_name(dtype: Any) -> str:
     return dtype if isinstance(dtype, str) else str(dtype).replace("torch.", "")
 
 
+@functools.lru_cache(maxsize=16)
 def fp8_format(dtype: Any) -> Fp8Format:
     """The :class:`Fp8Format` of an e4m3 dtype (a torch dtype or its name);
-    ValueError naming the two formats otherwise."""
+    ValueError naming the two formats otherwise. Cached: the write and attention
+    host code ask it on every call."""
     name = _dtype_name(dtype)
     if name not in _FP8_FORMATS:
         raise ValueError(f"not an e4m3 fp8 dtype: {dtype!r} (expected {FP8_E4M3FN} or {FP8_E4M3FNUZ})")
